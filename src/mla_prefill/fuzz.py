@@ -1,0 +1,190 @@
+"""Random batches checked against an fp32 reference: the property-based CPU suite and the GPU sweep.
+
+``reference_fast`` is the definition's math vectorised per sequence (chunked over queries) so that
+batches of thousands of tokens can be checked; the CPU tests pin it to the definition's own
+``reference`` on the small workloads, so the two cannot drift apart.
+"""
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+import torch
+
+
+@dataclass
+class Batch:
+    lengths: List[Tuple[int, int]]
+    num_pages: int
+    seed: int
+    duplicate_pages: bool = False
+
+
+def make_batch_inputs(batch: Batch, device: str) -> dict:
+    """Index tensors for ``batch.lengths`` (shuffled pages, the last page always used) + N(0,1) data."""
+    rng = random.Random(batch.seed)
+    qo, kv = [0], [0]
+    for q, k in batch.lengths:
+        qo.append(qo[-1] + q)
+        kv.append(kv[-1] + k)
+    n = kv[-1]
+    if batch.duplicate_pages:
+        pages = [rng.randrange(batch.num_pages) for _ in range(n)]
+    else:
+        pages = rng.sample(range(batch.num_pages), n)
+    if n:
+        pages[rng.randrange(n)] = batch.num_pages - 1
+    g = torch.Generator(device="cpu").manual_seed(batch.seed)
+    T = qo[-1]
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g).to(torch.bfloat16).to(device)
+
+    return {
+        "q_nope": randn(T, 16, 512),
+        "q_pe": randn(T, 16, 64),
+        "ckv_cache": randn(batch.num_pages, 1, 512),
+        "kpe_cache": randn(batch.num_pages, 1, 64),
+        "qo_indptr": torch.tensor(qo, dtype=torch.int32, device=device),
+        "kv_indptr": torch.tensor(kv, dtype=torch.int32, device=device),
+        "kv_indices": torch.tensor(pages, dtype=torch.int32, device=device),
+        "sm_scale": 1.0 / math.sqrt(192.0),
+    }
+
+
+ARGS = ("q_nope", "q_pe", "ckv_cache", "kpe_cache", "qo_indptr", "kv_indptr", "kv_indices", "sm_scale")
+
+
+@torch.no_grad()
+def reference_fast(q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices, sm_scale, chunk=512):
+    """fp32 reference, same semantics as the definition's (rows with no key: output 0, lse -inf)."""
+    T = q_nope.shape[0]
+    out = torch.zeros(T, 16, 512, dtype=torch.bfloat16, device=q_nope.device)
+    lse = torch.full((T, 16), -float("inf"), dtype=torch.float32, device=q_nope.device)
+    qo = qo_indptr.tolist()
+    kv = kv_indptr.tolist()
+    ckv = ckv_cache[:, 0].float()
+    kpe = kpe_cache[:, 0].float()
+    for b in range(len(qo) - 1):
+        q0, q1, k0, k1 = qo[b], qo[b + 1], kv[b], kv[b + 1]
+        if q1 <= q0 or k1 <= k0:
+            continue
+        pages = kv_indices[k0:k1].long()
+        kc, kp = ckv[pages], kpe[pages]
+        prefix = (k1 - k0) - (q1 - q0)
+        cols = torch.arange(k1 - k0, device=q_nope.device)
+        for c0 in range(q0, q1, chunk):
+            c1 = min(c0 + chunk, q1)
+            qn = q_nope[c0:c1].float()
+            qp = q_pe[c0:c1].float()
+            s = (torch.einsum("thd,kd->thk", qn, kc) + torch.einsum("thd,kd->thk", qp, kp)) * sm_scale
+            rows = torch.arange(c0 - q0, c1 - q0, device=q_nope.device) + prefix
+            s.masked_fill_((cols[None, :] > rows[:, None])[:, None, :], -float("inf"))
+            lse[c0:c1] = torch.logsumexp(s, dim=-1) / math.log(2.0)
+            out[c0:c1] = torch.einsum("thk,kd->thd", torch.softmax(s, dim=-1), kc).to(torch.bfloat16)
+    return out, lse
+
+
+def random_batch(rng: random.Random, seed: int, max_tokens: int, max_q: int, max_prefix: int) -> Batch:
+    """One random batch shape, with the corner cases mixed in on purpose."""
+    kind = rng.random()
+    if kind < 0.1:  # many tiny sequences
+        n = rng.randint(64, 256)
+        lengths = [(q, q + rng.randint(0, 64)) for q in (rng.randint(1, 4) for _ in range(n))]
+    elif kind < 0.2:  # decode-like: q_len 1 with long prefixes
+        n = rng.randint(1, 32)
+        lengths = [(1, 1 + rng.randint(0, max_prefix * 2)) for _ in range(n)]
+    else:
+        n = rng.choice([1, 1, 2, 3, 5, 8, 16, 32, 64, 128])
+        lengths = []
+        budget = max_tokens
+        for _ in range(n):
+            q = min(budget, int(math.exp(rng.uniform(0, math.log(max_q)))))
+            budget -= q
+            prefix = rng.choice([0, rng.randint(0, max_prefix)])
+            lengths.append((q, q + prefix if q else rng.choice([0, prefix])))
+    if rng.random() < 0.15 and lengths:  # empty sequences in the middle
+        lengths.insert(rng.randrange(len(lengths)), (0, rng.choice([0, 7])))
+    n_kv = sum(k for _, k in lengths)
+    num_pages = n_kv + rng.randint(1, 1000)
+    return Batch(lengths, num_pages, seed, duplicate_pages=rng.random() < 0.1)
+
+
+def check_batch(batch: Batch, device: str, fn=None, atol=1e-2, rtol=1e-2) -> dict:
+    """Run ``fn`` (default: our kernel) on poisoned outputs, compare every element with the reference."""
+    from mla_prefill.kernel.main import mla_paged_prefill
+
+    fn = fn or mla_paged_prefill
+    inputs = make_batch_inputs(batch, device)
+    args = [inputs[k] for k in ARGS]
+    T = inputs["q_nope"].shape[0]
+    out = torch.full((T, 16, 512), float("nan"), dtype=torch.bfloat16, device=device)
+    lse = torch.full((T, 16), float("nan"), dtype=torch.float32, device=device)
+    fn(*args, out, lse)
+    ref_out, ref_lse = reference_fast(*args)
+    o, r = out.float(), ref_out.float()
+    bad_o = ~((o - r).abs() <= atol + rtol * r.abs())
+    both_inf = torch.isinf(ref_lse) & (lse == ref_lse)
+    bad_l = ~(((lse - ref_lse).abs() <= atol + rtol * ref_lse.abs()) | both_inf)
+    return {
+        "total_q": T,
+        "batch_size": len(batch.lengths),
+        "num_kv_indices": int(inputs["kv_indices"].numel()),
+        "bad_output": int(bad_o.sum()),
+        "bad_lse": int(bad_l.sum()),
+        "max_abs_err": float((o - r).abs().nan_to_num(float("inf")).max()) if T else 0.0,
+        "ok": bool(not bad_o.any() and not bad_l.any()),
+    }
+
+
+def sweep(n: int, seed: int, device: str, max_tokens: int, max_q: int, max_prefix: int) -> dict:
+    rng = random.Random(seed)
+    results, t0 = [], time.time()
+    for i in range(n):
+        batch = random_batch(rng, seed * 100003 + i, max_tokens, max_q, max_prefix)
+        res = check_batch(batch, device)
+        res["seed"] = batch.seed
+        if not res["ok"]:
+            res["batch"] = asdict(batch)
+        results.append(res)
+        if not res["ok"]:
+            print(f"FAIL batch {i}: {res}", flush=True)
+    failures = [r for r in results if not r["ok"]]
+    return {
+        "batches": n,
+        "failures": len(failures),
+        "seconds": round(time.time() - t0, 1),
+        "limits": {"max_tokens": max_tokens, "max_q": max_q, "max_prefix": max_prefix},
+        "max_total_q": max(r["total_q"] for r in results),
+        "max_batch_size": max(r["batch_size"] for r in results),
+        "results": results,
+    }
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m mla_prefill.fuzz")
+    p.add_argument("--n", type=int, default=200)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--max-tokens", type=int, default=16384)
+    p.add_argument("--max-q", type=int, default=8192)
+    p.add_argument("--max-prefix", type=int, default=16384)
+    p.add_argument("--output", default=None)
+    a = p.parse_args(argv)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    res = sweep(a.n, a.seed, device, a.max_tokens, a.max_q, a.max_prefix)
+    res["command"] = "python -m mla_prefill.fuzz " + " ".join(argv if argv is not None else sys.argv[1:])
+    res["gpu"] = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    print(json.dumps({k: v for k, v in res.items() if k != "results"}))
+    if a.output:
+        Path(a.output).write_text(json.dumps(res, indent=1) + "\n")
+    return 0 if res["failures"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,286 @@
+"""Triton kernels for DeepSeek-V3 MLA (weight-absorbed) causal prefill over a paged KV cache.
+
+Math, per sequence and query i (bottom-right aligned causal mask, ``prefix = kv_len - q_len``)::
+
+    s_j   = sm_scale * (q_nope . ckv_j + q_pe . kpe_j)        for j <= prefix + i
+    out   = sum_j softmax(s)_j * ckv_j                          (ckv is both K and V)
+    lse   = log2(sum_j 2 ** (s_j * log2(e)))                    (base 2, as the definition asks)
+
+Design (FlashAttention-2 style online softmax, Dao 2023, in base 2 as in Triton's
+``06-fused-attention`` tutorial):
+
+- The 16 heads of a token share every K/V row, so a program packs ``BLOCK_T`` tokens x 16 heads
+  into the ``BLOCK_M`` rows of one MMA tile. Each gathered KV tile is loaded once and used for
+  both ``Q K^T`` (as K) and ``P V`` (as V).
+- Programs walk a global token tiling (``tile = token // BLOCK_T``), so no host- or device-side
+  scan is needed to map programs to sequences: a program binary-searches ``qo_indptr`` for its
+  first sequence and loops over every sequence that intersects its tile (a tile straddles at
+  most ``BLOCK_T`` sequences), masking the rows of the others.
+- Causal masking is split into two ranges: KV blocks every row of the tile may see run without
+  a mask; only the diagonal band pays for ``tl.where``; blocks past it are never visited.
+- Program 0 takes the last tile (the longest causal range) so long work starts first.
+- Decode-like batches split a KV range over ``NUM_SPLITS`` programs; ``_combine_kernel`` merges
+  the normalised partial outputs by their base-2 lse.
+"""
+
+import os
+
+import triton
+import triton.language as tl
+
+
+def is_interpreter() -> bool:
+    """True under ``TRITON_INTERPRET=1`` (the CPU test path)."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@triton.jit
+def _attend_kv_range(
+    acc,
+    m_i,
+    l_i,
+    q_n,
+    q_p,
+    ckv_ptr,
+    kpe_ptr,
+    idx_ptr,
+    stride_ckv_p,
+    stride_kpe_p,
+    lo,
+    hi,
+    causal_lim,
+    qk_scale,
+    HEAD_CKV: tl.constexpr,
+    HEAD_KPE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,  # constexpr so the mask code is compiled out of the bulk loop
+    INTERPRET: tl.constexpr,  # the interpreter's bf16 tl.dot is wrong: compute in fp32 there
+):
+    """Online-softmax update of (acc, m_i, l_i) over KV positions [lo, hi) of one sequence."""
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_ckv = tl.arange(0, HEAD_CKV)
+    offs_kpe = tl.arange(0, HEAD_KPE)
+    for start in range(lo, hi, BLOCK_N):
+        cols = start + offs_n
+        if MASKED:
+            col_ok = cols < hi
+            pages = tl.load(idx_ptr + cols, mask=col_ok, other=0).to(tl.int64)
+            kc = tl.load(
+                ckv_ptr + pages[:, None] * stride_ckv_p + offs_ckv[None, :],
+                mask=col_ok[:, None],
+                other=0.0,
+            )
+            kp = tl.load(
+                kpe_ptr + pages[:, None] * stride_kpe_p + offs_kpe[None, :],
+                mask=col_ok[:, None],
+                other=0.0,
+            )
+        else:
+            pages = tl.load(idx_ptr + cols).to(tl.int64)
+            kc = tl.load(ckv_ptr + pages[:, None] * stride_ckv_p + offs_ckv[None, :])
+            kp = tl.load(kpe_ptr + pages[:, None] * stride_kpe_p + offs_kpe[None, :])
+        if INTERPRET:
+            kc = kc.to(tl.float32)
+            kp = kp.to(tl.float32)
+        s = tl.dot(q_n, tl.trans(kc))
+        s = tl.dot(q_p, tl.trans(kp), s)
+        s = s * qk_scale
+        if MASKED:
+            keep = (cols[None, :] <= causal_lim[:, None]) & col_ok[None, :]
+            s = tl.where(keep, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            # a row that has seen no key yet keeps m = -inf; use 0 so exp2 gives 0, not NaN
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        else:
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_use = m_new
+        alpha = tl.math.exp2(m_i - m_use)
+        p = tl.math.exp2(s - m_use[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(kc.dtype), kc, acc)
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
+def _mla_prefill_kernel(
+    q_nope_ptr,
+    q_pe_ptr,
+    ckv_ptr,
+    kpe_ptr,
+    qo_indptr_ptr,
+    kv_indptr_ptr,
+    kv_indices_ptr,
+    out_ptr,
+    lse_ptr,
+    stride_qn_t,
+    stride_qn_h,
+    stride_qp_t,
+    stride_qp_h,
+    stride_ckv_p,
+    stride_kpe_p,
+    stride_o_s,
+    stride_o_t,
+    stride_o_h,
+    stride_l_s,
+    stride_l_t,
+    stride_l_h,
+    total_q,
+    batch,
+    qk_scale,
+    NUM_HEADS: tl.constexpr,
+    HEAD_CKV: tl.constexpr,
+    HEAD_KPE: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    INTERPRET: tl.constexpr,
+):
+    BLOCK_M: tl.constexpr = BLOCK_T * NUM_HEADS
+    num_tiles = tl.cdiv(total_q, BLOCK_T)
+    tile = num_tiles - 1 - tl.program_id(0)  # longest causal range first
+    split = tl.program_id(1)
+    tok0 = tile * BLOCK_T
+    tok_end = tl.minimum(tok0 + BLOCK_T, total_q)
+
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_ckv = tl.arange(0, HEAD_CKV)
+    offs_kpe = tl.arange(0, HEAD_KPE)
+    row_tok = tok0 + offs_m // NUM_HEADS
+    row_head = offs_m % NUM_HEADS
+    row_ok = row_tok < total_q
+    row_tok64 = row_tok.to(tl.int64)
+
+    q_n = tl.load(
+        q_nope_ptr
+        + row_tok64[:, None] * stride_qn_t
+        + row_head[:, None] * stride_qn_h
+        + offs_ckv[None, :],
+        mask=row_ok[:, None],
+        other=0.0,
+    )
+    q_p = tl.load(
+        q_pe_ptr + row_tok64[:, None] * stride_qp_t + row_head[:, None] * stride_qp_h + offs_kpe[None, :],
+        mask=row_ok[:, None],
+        other=0.0,
+    )
+    if INTERPRET:
+        q_n = q_n.to(tl.float32)
+        q_p = q_p.to(tl.float32)
+
+    # First sequence of this tile: the largest b in [0, batch) with qo_indptr[b] <= tok0.
+    b_lo = tok0 * 0
+    b_hi = b_lo + batch - 1
+    while b_lo < b_hi:
+        mid = (b_lo + b_hi + 1) // 2
+        if tl.load(qo_indptr_ptr + mid) <= tok0:
+            b_lo = mid
+        else:
+            b_hi = mid - 1
+
+    b = b_lo
+    q_start = tl.load(qo_indptr_ptr + b)
+    while (q_start < tok_end) & (b < batch):
+        q_end = tl.load(qo_indptr_ptr + b + 1)
+        kv_start = tl.load(kv_indptr_ptr + b)
+        kv_len = tl.load(kv_indptr_ptr + b + 1) - kv_start
+        prefix = kv_len - (q_end - q_start)
+        in_seq = (row_tok >= q_start) & (row_tok < q_end)
+        # last KV position each row may see; -1 hides every key from rows of other sequences
+        causal_lim = tl.where(in_seq, prefix + (row_tok - q_start), -1)
+        i_first = tl.maximum(tok0, q_start) - q_start
+        i_last = tl.minimum(tok_end, q_end) - 1 - q_start
+        kv_hi = tl.maximum(tl.minimum(kv_len, prefix + i_last + 1), 0)
+        kv_unmasked = tl.minimum(tl.maximum(prefix + i_first + 1, 0), kv_hi)
+        chunk = tl.cdiv(tl.cdiv(kv_hi, NUM_SPLITS), BLOCK_N) * BLOCK_N
+        lo = tl.minimum(split * chunk, kv_hi)
+        hi = tl.minimum(lo + chunk, kv_hi)
+        mid_n = lo + tl.maximum(tl.minimum(kv_unmasked, hi) - lo, 0) // BLOCK_N * BLOCK_N
+
+        acc = tl.zeros([BLOCK_M, HEAD_CKV], dtype=tl.float32)
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        idx_ptr = kv_indices_ptr + kv_start
+        acc, m_i, l_i = _attend_kv_range(
+            acc, m_i, l_i, q_n, q_p, ckv_ptr, kpe_ptr, idx_ptr, stride_ckv_p, stride_kpe_p,
+            lo, mid_n, causal_lim, qk_scale,
+            HEAD_CKV, HEAD_KPE, BLOCK_N, False, INTERPRET,
+        )  # fmt: skip
+        acc, m_i, l_i = _attend_kv_range(
+            acc, m_i, l_i, q_n, q_p, ckv_ptr, kpe_ptr, idx_ptr, stride_ckv_p, stride_kpe_p,
+            mid_n, hi, causal_lim, qk_scale,
+            HEAD_CKV, HEAD_KPE, BLOCK_N, True, INTERPRET,
+        )  # fmt: skip
+
+        seen = l_i > 0.0
+        l_div = tl.where(seen, l_i, 1.0)
+        o = acc / l_div[:, None]
+        lse = tl.where(seen, m_i + tl.math.log2(l_div), float("-inf"))
+        o_ptrs = (
+            out_ptr
+            + split * stride_o_s
+            + row_tok64[:, None] * stride_o_t
+            + row_head[:, None] * stride_o_h
+            + offs_ckv[None, :]
+        )
+        tl.store(o_ptrs, o.to(out_ptr.dtype.element_ty), mask=in_seq[:, None])
+        l_ptrs = lse_ptr + split * stride_l_s + row_tok64 * stride_l_t + row_head * stride_l_h
+        tl.store(l_ptrs, lse, mask=in_seq)
+
+        b += 1
+        q_start = q_end
+
+
+@triton.jit
+def _combine_kernel(
+    part_o_ptr,
+    part_lse_ptr,
+    out_ptr,
+    lse_ptr,
+    n_rows,
+    stride_po_s,
+    stride_pl_s,
+    stride_o_t,
+    stride_o_h,
+    stride_l_t,
+    stride_l_h,
+    NUM_HEADS: tl.constexpr,
+    HEAD_CKV: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    ROWS: tl.constexpr,
+):
+    """Merge NUM_SPLITS normalised partial outputs per (token, head) row by their base-2 lse."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    row_ok = rows < n_rows
+    rows64 = rows.to(tl.int64)
+    offs_d = tl.arange(0, HEAD_CKV)
+    m = tl.full([ROWS], float("-inf"), dtype=tl.float32)
+    for s in tl.static_range(NUM_SPLITS):
+        part = tl.load(part_lse_ptr + s * stride_pl_s + rows64, mask=row_ok, other=float("-inf"))
+        m = tl.maximum(m, part)
+    m_use = tl.where(m == float("-inf"), 0.0, m)
+    den = tl.zeros([ROWS], dtype=tl.float32)
+    acc = tl.zeros([ROWS, HEAD_CKV], dtype=tl.float32)
+    for s in tl.static_range(NUM_SPLITS):
+        part = tl.load(part_lse_ptr + s * stride_pl_s + rows64, mask=row_ok, other=float("-inf"))
+        w = tl.math.exp2(part - m_use)
+        o_s = tl.load(
+            part_o_ptr + s * stride_po_s + rows64[:, None] * HEAD_CKV + offs_d[None, :],
+            mask=row_ok[:, None],
+            other=0.0,
+        )
+        den += w
+        acc += w[:, None] * o_s
+    seen = den > 0.0
+    den_div = tl.where(seen, den, 1.0)
+    o = acc / den_div[:, None]
+    lse = tl.where(seen, m_use + tl.math.log2(den_div), float("-inf"))
+    tok = rows64 // NUM_HEADS
+    head = rows64 % NUM_HEADS
+    tl.store(
+        out_ptr + tok[:, None] * stride_o_t + head[:, None] * stride_o_h + offs_d[None, :],
+        o.to(out_ptr.dtype.element_ty),
+        mask=row_ok[:, None],
+    )
+    tl.store(lse_ptr + tok * stride_l_t + head * stride_l_h, lse, mask=row_ok)

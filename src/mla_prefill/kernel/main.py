@@ -1,0 +1,155 @@
+"""Entry point of the FlashInfer-Bench solution: ``main.py::run`` (destination-passing style).
+
+This folder is packed verbatim into the solution JSON, so it imports nothing from the rest of
+``mla_prefill``; files here import each other relatively (flashinfer-bench builds them as a package).
+"""
+
+import functools
+import math
+from typing import Optional, Tuple
+
+import torch
+import triton
+
+from .attention import _combine_kernel, _mla_prefill_kernel, is_interpreter
+from .config import NUM_SMS_HOPPER, KernelConfig, choose_config
+from .validate import (
+    HEAD_DIM_CKV,
+    HEAD_DIM_KPE,
+    NUM_QO_HEADS,
+    check_index_data,
+    check_inputs,
+    sm_scale_value,
+    validation_requested,
+)
+
+LOG2E = 1.0 / math.log(2.0)
+
+
+@functools.lru_cache(maxsize=None)
+def _num_sms(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def mla_paged_prefill(
+    q_nope: torch.Tensor,
+    q_pe: torch.Tensor,
+    ckv_cache: torch.Tensor,
+    kpe_cache: torch.Tensor,
+    qo_indptr: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    kv_indices: torch.Tensor,
+    sm_scale: float,
+    output: Optional[torch.Tensor] = None,
+    lse: Optional[torch.Tensor] = None,
+    *,
+    validate: Optional[bool] = None,
+    config: Optional[KernelConfig] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """MLA paged causal prefill: ``output`` [total_q, 16, 512] bf16 and base-2 ``lse`` [total_q, 16] fp32.
+
+    Parameters
+    ----------
+    q_nope : [total_q, 16, 512] bf16
+    q_pe : [total_q, 16, 64] bf16
+    ckv_cache : [num_pages, 1, 512] bf16 (keys and values)
+    kpe_cache : [num_pages, 1, 64] bf16
+    qo_indptr, kv_indptr : [batch_size + 1] int32
+    kv_indices : [num_kv_indices] int32, page (= token, page size 1) of each KV position
+    sm_scale : float
+    output, lse : destinations; allocated when None. Every element is written.
+    validate : also check index values (syncs the device); default: ``MLA_PREFILL_VALIDATE``.
+    config : override the shape-derived tiles (tests pin small tiles this way).
+
+    No host synchronisation happens unless ``validate`` is on, so the call can be graph-captured.
+
+    Example
+    -------
+    >>> out, lse = mla_paged_prefill(q_nope, q_pe, ckv, kpe, qo_indptr, kv_indptr, kv_indices, 0.135)
+    """
+    total_q, num_pages, batch, num_kv = check_inputs(
+        q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices, output, lse
+    )
+    scale = sm_scale_value(sm_scale)
+    interpret = is_interpreter()
+    if not interpret and q_nope.device.type != "cuda":
+        raise ValueError(
+            f"q_nope: expected CUDA tensors, got {q_nope.device}; "
+            "set TRITON_INTERPRET=1 to run on the CPU through Triton's interpreter"
+        )
+    if validation_requested(validate):
+        check_index_data(qo_indptr, kv_indptr, kv_indices, total_q, num_pages)
+    if output is None:
+        output = torch.empty(
+            (total_q, NUM_QO_HEADS, HEAD_DIM_CKV), dtype=torch.bfloat16, device=q_nope.device
+        )
+    if lse is None:
+        lse = torch.empty((total_q, NUM_QO_HEADS), dtype=torch.float32, device=q_nope.device)
+    if total_q == 0:
+        return output, lse
+
+    if config is None:
+        num_sms = NUM_SMS_HOPPER if interpret else _num_sms(q_nope.device.index or 0)
+        config = choose_config(total_q, batch, num_kv, num_sms=num_sms, interpret=interpret)
+
+    if config.num_splits > 1:
+        part_o = torch.empty(
+            (config.num_splits, total_q, NUM_QO_HEADS, HEAD_DIM_CKV),
+            dtype=torch.float32,
+            device=q_nope.device,
+        )
+        part_lse = torch.empty(
+            (config.num_splits, total_q, NUM_QO_HEADS), dtype=torch.float32, device=q_nope.device
+        )
+        dst_o, dst_lse = part_o, part_lse
+        stride_o_s, stride_l_s = part_o.stride(0), part_lse.stride(0)
+    else:
+        dst_o, dst_lse = output, lse
+        stride_o_s = stride_l_s = 0
+
+    grid = (triton.cdiv(total_q, config.block_t), config.num_splits)
+    _mla_prefill_kernel[grid](
+        q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices,
+        dst_o, dst_lse,
+        q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
+        ckv_cache.stride(0), kpe_cache.stride(0),
+        stride_o_s, dst_o.stride(-3), dst_o.stride(-2),
+        stride_l_s, dst_lse.stride(-2), dst_lse.stride(-1),
+        total_q, batch, scale * LOG2E,
+        NUM_HEADS=NUM_QO_HEADS, HEAD_CKV=HEAD_DIM_CKV, HEAD_KPE=HEAD_DIM_KPE,
+        BLOCK_T=config.block_t, BLOCK_N=config.block_n, NUM_SPLITS=config.num_splits,
+        INTERPRET=interpret,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )  # fmt: skip
+    if config.num_splits > 1:
+        rows = 16
+        n_rows = total_q * NUM_QO_HEADS
+        _combine_kernel[(triton.cdiv(n_rows, rows),)](
+            part_o, part_lse, output, lse, n_rows,
+            part_o.stride(0), part_lse.stride(0),
+            output.stride(0), output.stride(1), lse.stride(0), lse.stride(1),
+            NUM_HEADS=NUM_QO_HEADS, HEAD_CKV=HEAD_DIM_CKV, NUM_SPLITS=config.num_splits, ROWS=rows,
+            num_warps=4,
+        )  # fmt: skip
+    return output, lse
+
+
+def run(
+    q_nope: torch.Tensor,
+    q_pe: torch.Tensor,
+    ckv_cache: torch.Tensor,
+    kpe_cache: torch.Tensor,
+    qo_indptr: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    kv_indices: torch.Tensor,
+    sm_scale: float,
+    output: torch.Tensor,
+    lse: torch.Tensor,
+) -> None:
+    """FlashInfer-Bench entry point (destination-passing style: writes ``output`` and ``lse``).
+
+    Exactly the definition's inputs then outputs, as flashinfer-bench's signature check expects.
+    """
+    mla_paged_prefill(
+        q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices, sm_scale, output, lse
+    )
