@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from mla_prefill.blobs import SMALL_CASES, SMALL_NUM_PAGES
 from mla_prefill.fuzz import ARGS, Batch, check_batch, make_batch_inputs, reference_fast
-from mla_prefill.kernel.config import KernelConfig, choose_config
+from mla_prefill.kernel.config import KernelConfig, choose_config, with_split
 from mla_prefill.kernel.main import mla_paged_prefill, run
 
 # tolerance of flashinfer-bench's evaluator; outputs are bf16 (8 bits of mantissa: 2 ulp ~ 1.6e-2 rel)
@@ -33,9 +33,11 @@ def assert_close(name, out, ref):
         )
 
 
-def run_case(lengths, device, reference, seed=0, config=None, duplicate_pages=False):
+def run_case(lengths, device, reference, seed=0, config=None, duplicate_pages=False, kv_chunk=0):
     batch = Batch(list(lengths), sum(k for _, k in lengths) + 23, seed, duplicate_pages)
     inputs = make_batch_inputs(batch, device)
+    if config is not None:
+        config = with_split(config, kv_chunk, inputs["kv_indices"].numel())
     args = [inputs[k] for k in ARGS]
     T = inputs["q_nope"].shape[0]
     out = torch.full((T, 16, 512), float("nan"), dtype=torch.bfloat16, device=device)
@@ -70,17 +72,24 @@ def test_edge_cases(name, device, reference):
 
 # tile shapes pinned (the interpreter ignores warps/stages): 16-, 32- and 64-row tiles, with and
 # without a KV split, so the combine path and the multi-sequence tile loop both run
-PINNED = [
-    KernelConfig(block_t=1, block_n=16, num_splits=1, num_warps=4, num_stages=2),
-    KernelConfig(block_t=1, block_n=16, num_splits=3, num_warps=4, num_stages=2),
-    KernelConfig(block_t=2, block_n=32, num_splits=1, num_warps=4, num_stages=2),
-    KernelConfig(block_t=4, block_n=16, num_splits=2, num_warps=8, num_stages=2),
-]
+def tiles(block_t, block_n):
+    return KernelConfig(block_t, block_n, kv_chunk=0, num_splits=1, num_warps=4, num_stages=2)
 
 
-@pytest.mark.parametrize("config", PINNED, ids=lambda c: f"t{c.block_t}n{c.block_n}s{c.num_splits}")
-def test_pinned_configs(config, device, reference):
-    run_case([(1, 40), (3, 3), (0, 5), (2, 0), (7, 30), (5, 21)], device, reference, seed=3, config=config)
+PINNED = [(tiles(1, 16), 0), (tiles(1, 16), 16), (tiles(2, 32), 0), (tiles(4, 16), 32), (tiles(4, 32), 64)]
+
+
+@pytest.mark.parametrize("config,kv_chunk", PINNED, ids=lambda v: str(v) if isinstance(v, int) else f"t{v.block_t}n{v.block_n}")
+def test_pinned_configs(config, kv_chunk, device, reference):
+    lengths = [(1, 40), (3, 3), (0, 5), (2, 0), (7, 30), (5, 21)]
+    run_case(lengths, device, reference, seed=3, config=config, kv_chunk=kv_chunk)
+
+
+def test_split_config_must_cover_kv(device):
+    inputs = make_batch_inputs(Batch([(2, 40)], 60, 0), device)
+    bad = KernelConfig(1, 16, kv_chunk=16, num_splits=2, num_warps=4, num_stages=2)
+    with pytest.raises(ValueError, match="num_splits"):
+        mla_paged_prefill(*[inputs[k] for k in ARGS], config=bad)
 
 
 def test_duplicated_pages_and_last_page(device, reference):
@@ -129,7 +138,8 @@ def test_dps_entry_point_signature(device, reference):
 
 def test_choose_config_from_shapes_only():
     assert choose_config(1, 1, 34).block_t == 1
-    assert choose_config(22, 22, 17759).num_splits > 1  # decode-like: split the long KV
+    decode = choose_config(22, 22, 17759)  # decode-like: split the long KV ranges
+    assert decode.kv_chunk > 0 and decode.num_splits * decode.kv_chunk >= 17759
     assert choose_config(16384, 1, 16387).num_splits == 1
     assert choose_config(16384, 1, 16387).block_m == 64
     with pytest.raises(ValueError, match="total_q"):
@@ -144,15 +154,14 @@ def test_choose_config_from_shapes_only():
         max_size=6,
     ),
     seed=st.integers(0, 2**16),
-    split=st.sampled_from([1, 2, 4]),
+    kv_chunk=st.sampled_from([0, 16, 32]),
     block_t=st.sampled_from([1, 2, 4]),
 )
-def test_property_random_batches(lengths, seed, split, block_t, device, reference):
+def test_property_random_batches(lengths, seed, kv_chunk, block_t, device, reference):
     """Any valid batch (empty sequences, kv_len 0, prefixes, tiles over several sequences)."""
     if sum(q for q, _ in lengths) == 0:
         lengths = lengths + [(1, 1)]
-    cfg = KernelConfig(block_t=block_t, block_n=16, num_splits=split, num_warps=4, num_stages=2)
-    run_case(lengths, device, reference, seed=seed, config=cfg)
+    run_case(lengths, device, reference, seed=seed, config=tiles(block_t, 16), kv_chunk=kv_chunk)
 
 
 @pytest.mark.gpu

@@ -84,8 +84,11 @@ def refill_(inputs: dict, seed: int) -> None:
 
 
 def ours(inputs: dict, out: torch.Tensor, lse: torch.Tensor, config=None) -> Callable[[], None]:
+    from mla_prefill.kernel.config import with_split
     from mla_prefill.kernel.main import mla_paged_prefill
 
+    if config is not None:
+        config = with_split(config, config.kv_chunk, inputs["kv_indices"].numel())
     args = [inputs[k] for k in ("q_nope", "q_pe", "ckv_cache", "kpe_cache", "qo_indptr", "kv_indptr", "kv_indices")]
 
     def call():
@@ -240,12 +243,19 @@ def summarize(rows: List[dict]) -> dict:
 
 
 def parse_configs(text: Optional[str]):
-    """``"4,64,1,8,2;4,32,1,8,3"`` -> KernelConfigs (block_t, block_n, num_splits, warps, stages)."""
+    """``"4,64,0,8,2;1,64,128,4,2"`` -> KernelConfigs (block_t, block_n, kv_chunk, warps, stages).
+
+    The split count follows from kv_chunk at call time (``with_split``)."""
     if not text:
         return []
     from mla_prefill.kernel.config import KernelConfig
 
-    return [KernelConfig(*[int(x) for x in part.split(",")]) for part in text.split(";") if part]
+    configs = []
+    for part in text.split(";"):
+        if part:
+            bt, bn, chunk, warps, stages = (int(x) for x in part.split(","))
+            configs.append(KernelConfig(bt, bn, chunk, 1, warps, stages))
+    return configs
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -17,7 +17,7 @@ from mla_prefill.io import (
     workloads_path,
 )
 from mla_prefill.kernel.validate import index_data_problems
-from mla_prefill.pack import AUTHOR, stale_sources
+from mla_prefill.pack import SOLUTIONS, stale_sources
 
 
 @dataclass
@@ -123,14 +123,14 @@ def _check_solutions(root: Path, problems: List[Problem]) -> None:
         except Exception as e:
             problems.append(Problem(str(path), "solution", f"does not match the schema: {e}"))
             continue
-        if record.get("author") == AUTHOR:
+        if record.get("name") in SOLUTIONS:
             stale = stale_sources(path)
             if stale:
                 problems.append(
                     Problem(
                         str(path),
                         "sources",
-                        f"out of sync with src/mla_prefill/kernel/ ({', '.join(stale)}); "
+                        f"out of sync with its sources in src/mla_prefill/ ({', '.join(stale)}); "
                         "run `mla-prefill pack` and commit the result",
                     )
                 )

@@ -47,11 +47,11 @@ def cmd_blobs(args: argparse.Namespace) -> int:
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
-    """Pack src/mla_prefill/kernel/ into the solution JSON."""
+    """Pack the solution sources (ours and the FlashInfer baseline) into solution JSONs."""
     from mla_prefill.pack import pack
 
-    path = pack()
-    print(f"packed {path.relative_to(repo_root())}")
+    for path in pack():
+        print(f"packed {path.relative_to(repo_root())}")
     return 0
 
 

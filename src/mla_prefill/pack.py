@@ -1,49 +1,81 @@
-"""Pack ``src/mla_prefill/kernel/`` into a FlashInfer-Bench solution JSON (never hand-edited)."""
+"""Pack solution sources into FlashInfer-Bench solution JSONs (generated, never hand-edited).
+
+Two solutions: ours (``src/mla_prefill/kernel/``) and FlashInfer's wrapper as a baseline
+(``src/mla_prefill/baselines/flashinfer_wrapper/``). A solution's top-level ``*.py`` files are its
+sources; flashinfer-bench writes them into one package, so relative imports between them work.
+"""
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from mla_prefill import __version__
 from mla_prefill.io import DEFINITION_NAME, repo_root, solutions_dir
 
-SOLUTION_NAME = "mla_prefill_triton_hopper"
 AUTHOR = "mla-prefill"
-TARGET_HARDWARE = ["NVIDIA H200"]
-ENTRY_POINT = "main.py::run"
+_PKG = Path(__file__).resolve().parent
 
 
-def kernel_dir() -> Path:
-    return Path(__file__).resolve().parent / "kernel"
+@dataclass(frozen=True)
+class SolutionSpec:
+    name: str
+    source_dir: Path
+    author: str
+    language: str
+    target_hardware: List[str]
+    dependencies: List[str]
+    description: str
 
 
-def kernel_sources() -> List[dict]:
-    """Top-level ``*.py`` of ``kernel/``, sorted; the builder imports them as one package."""
-    files = sorted(p for p in kernel_dir().glob("*.py"))
-    return [{"path": p.name, "content": p.read_text()} for p in files]
+OURS = SolutionSpec(
+    name="mla_prefill_triton_hopper",
+    source_dir=_PKG / "kernel",
+    author=AUTHOR,
+    language="triton",
+    target_hardware=["NVIDIA H200"],
+    dependencies=["torch", "triton>=3.6"],
+    description=(
+        f"mla-prefill {__version__}: Triton MLA paged causal prefill; heads packed into MMA rows, "
+        "one gathered KV tile for QK^T and PV, base-2 online softmax, split-KV for decode-like "
+        "batches."
+    ),
+)
+FLASHINFER = SolutionSpec(
+    name="flashinfer_wrapper_plan_inside",
+    source_dir=_PKG / "baselines" / "flashinfer_wrapper",
+    author="flashinfer (baseline, packed by mla-prefill)",
+    language="python",
+    target_hardware=["NVIDIA H200", "NVIDIA H100"],
+    dependencies=["torch", "flashinfer-python"],
+    description="FlashInfer BatchMLAPagedAttentionWrapper (backend auto, fa3 on Hopper), plan inside run.",
+)
+SOLUTIONS: Dict[str, SolutionSpec] = {s.name: s for s in (OURS, FLASHINFER)}
+SOLUTION_NAME = OURS.name
 
 
-def build_solution(name: str = SOLUTION_NAME) -> dict:
+def sources(spec: SolutionSpec) -> List[dict]:
+    files = sorted(spec.source_dir.glob("*.py"))
+    return [{"path": p.name, "content": p.read_text()} for p in files if p.read_text().strip()]
+
+
+def build_solution(spec: SolutionSpec = OURS) -> dict:
     """The solution as a dict, validated by flashinfer-bench's ``Solution`` model."""
     from flashinfer_bench import Solution
 
     record = {
-        "name": name,
+        "name": spec.name,
         "definition": DEFINITION_NAME,
-        "author": AUTHOR,
+        "author": spec.author,
         "spec": {
-            "language": "triton",
-            "target_hardware": TARGET_HARDWARE,
-            "entry_point": ENTRY_POINT,
-            "dependencies": ["torch", "triton>=3.6"],
+            "language": spec.language,
+            "target_hardware": spec.target_hardware,
+            "entry_point": "main.py::run",
+            "dependencies": spec.dependencies,
             "destination_passing_style": True,
         },
-        "sources": kernel_sources(),
-        "description": (
-            f"mla-prefill {__version__}: Triton MLA paged causal prefill, heads packed into MMA "
-            "rows, one gathered KV tile for QK^T and PV, base-2 online softmax, split-KV for "
-            "decode-like batches."
-        ),
+        "sources": sources(spec),
+        "description": spec.description,
     }
     Solution.model_validate(record)
     return record
@@ -57,16 +89,23 @@ def render(record: dict) -> str:
     return json.dumps(record, indent=2) + "\n"
 
 
-def pack(root: Optional[Path] = None) -> Path:
-    path = solution_path(root)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(build_solution()))
-    return path
+def pack(root: Optional[Path] = None) -> List[Path]:
+    written = []
+    for spec in SOLUTIONS.values():
+        path = solution_path(root, spec.name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(render(build_solution(spec)))
+        written.append(path)
+    return written
 
 
 def stale_sources(path: Path) -> List[str]:
-    """Source files whose packed content differs from ``kernel/`` (or that exist on one side only)."""
+    """Source files whose packed content differs from the solution's source folder."""
     with open(path) as f:
-        packed = {s["path"]: s["content"] for s in json.load(f).get("sources", [])}
-    current = {s["path"]: s["content"] for s in kernel_sources()}
+        record = json.load(f)
+    spec = SOLUTIONS.get(record.get("name"))
+    if spec is None:
+        return []
+    packed = {s["path"]: s["content"] for s in record.get("sources", [])}
+    current = {s["path"]: s["content"] for s in sources(spec)}
     return sorted(p for p in packed.keys() | current.keys() if packed.get(p) != current.get(p))

@@ -19,8 +19,9 @@ Design (FlashAttention-2 style online softmax, Dao 2023, in base 2 as in Triton'
 - Causal masking is split into two ranges: KV blocks every row of the tile may see run without
   a mask; only the diagonal band pays for ``tl.where``; blocks past it are never visited.
 - Program 0 takes the last tile (the longest causal range) so long work starts first.
-- Decode-like batches split a KV range over ``NUM_SPLITS`` programs; ``_combine_kernel`` merges
-  the normalised partial outputs by their base-2 lse.
+- Decode-like batches (few query tiles, long KV) split every KV range into fixed ``KV_CHUNK``
+  pieces, one program each, so the longest sequence gets the most programs; ``_combine_kernel``
+  merges the normalised partial outputs by their base-2 lse.
 """
 
 import os
@@ -134,7 +135,7 @@ def _mla_prefill_kernel(
     HEAD_KPE: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    NUM_SPLITS: tl.constexpr,
+    KV_CHUNK: tl.constexpr,  # 0: one program per tile; else program_id(1) takes KV_CHUNK positions
     INTERPRET: tl.constexpr,
 ):
     BLOCK_M: tl.constexpr = BLOCK_T * NUM_HEADS
@@ -193,9 +194,12 @@ def _mla_prefill_kernel(
         i_last = tl.minimum(tok_end, q_end) - 1 - q_start
         kv_hi = tl.maximum(tl.minimum(kv_len, prefix + i_last + 1), 0)
         kv_unmasked = tl.minimum(tl.maximum(prefix + i_first + 1, 0), kv_hi)
-        chunk = tl.cdiv(tl.cdiv(kv_hi, NUM_SPLITS), BLOCK_N) * BLOCK_N
-        lo = tl.minimum(split * chunk, kv_hi)
-        hi = tl.minimum(lo + chunk, kv_hi)
+        if KV_CHUNK > 0:
+            lo = tl.minimum(split * KV_CHUNK, kv_hi)
+            hi = tl.minimum(lo + KV_CHUNK, kv_hi)
+        else:
+            lo = kv_hi * 0
+            hi = kv_hi
         mid_n = lo + tl.maximum(tl.minimum(kv_unmasked, hi) - lo, 0) // BLOCK_N * BLOCK_N
 
         acc = tl.zeros([BLOCK_M, HEAD_CKV], dtype=tl.float32)
@@ -224,7 +228,11 @@ def _mla_prefill_kernel(
             + row_head[:, None] * stride_o_h
             + offs_ckv[None, :]
         )
-        tl.store(o_ptrs, o.to(out_ptr.dtype.element_ty), mask=in_seq[:, None])
+        if KV_CHUNK > 0:
+            # a split that saw no key writes only lse = -inf; the combine never reads its output
+            tl.store(o_ptrs, o.to(out_ptr.dtype.element_ty), mask=(in_seq & seen)[:, None])
+        else:
+            tl.store(o_ptrs, o.to(out_ptr.dtype.element_ty), mask=in_seq[:, None])
         l_ptrs = lse_ptr + split * stride_l_s + row_tok64 * stride_l_t + row_head * stride_l_h
         tl.store(l_ptrs, lse, mask=in_seq)
 
@@ -239,6 +247,7 @@ def _combine_kernel(
     out_ptr,
     lse_ptr,
     n_rows,
+    num_splits,
     stride_po_s,
     stride_pl_s,
     stride_o_t,
@@ -247,35 +256,38 @@ def _combine_kernel(
     stride_l_h,
     NUM_HEADS: tl.constexpr,
     HEAD_CKV: tl.constexpr,
-    NUM_SPLITS: tl.constexpr,
     ROWS: tl.constexpr,
 ):
-    """Merge NUM_SPLITS normalised partial outputs per (token, head) row by their base-2 lse."""
+    """Merge the normalised partial outputs of each (token, head) row by their base-2 lse.
+
+    Splits that saw no key have lse = -inf and an unwritten output, which is never loaded.
+    """
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_ok = rows < n_rows
     rows64 = rows.to(tl.int64)
     offs_d = tl.arange(0, HEAD_CKV)
     m = tl.full([ROWS], float("-inf"), dtype=tl.float32)
-    for s in tl.static_range(NUM_SPLITS):
-        part = tl.load(part_lse_ptr + s * stride_pl_s + rows64, mask=row_ok, other=float("-inf"))
-        m = tl.maximum(m, part)
-    m_use = tl.where(m == float("-inf"), 0.0, m)
     den = tl.zeros([ROWS], dtype=tl.float32)
     acc = tl.zeros([ROWS, HEAD_CKV], dtype=tl.float32)
-    for s in tl.static_range(NUM_SPLITS):
+    for s in range(0, num_splits):
         part = tl.load(part_lse_ptr + s * stride_pl_s + rows64, mask=row_ok, other=float("-inf"))
+        has = part > float("-inf")
+        m_new = tl.maximum(m, part)
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.math.exp2(m - m_use)
         w = tl.math.exp2(part - m_use)
         o_s = tl.load(
             part_o_ptr + s * stride_po_s + rows64[:, None] * HEAD_CKV + offs_d[None, :],
-            mask=row_ok[:, None],
+            mask=(row_ok & has)[:, None],
             other=0.0,
         )
-        den += w
-        acc += w[:, None] * o_s
+        den = den * alpha + w
+        acc = acc * alpha[:, None] + w[:, None] * o_s
+        m = m_new
     seen = den > 0.0
     den_div = tl.where(seen, den, 1.0)
     o = acc / den_div[:, None]
-    lse = tl.where(seen, m_use + tl.math.log2(den_div), float("-inf"))
+    lse = tl.where(seen, m + tl.math.log2(den_div), float("-inf"))
     tok = rows64 // NUM_HEADS
     head = rows64 % NUM_HEADS
     tl.store(

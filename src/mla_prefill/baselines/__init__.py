@@ -1,0 +1,1 @@
+"""Baseline solutions packed next to ours (each folder is one solution's sources)."""
