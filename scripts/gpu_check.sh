@@ -33,7 +33,8 @@ while [ $i -lt ${#steps[@]} ]; do
   case $step in
     tests) python3 -m pytest -q -x --device cuda tests "${args[@]}" ;;
     bench) python3 -m mla_prefill.bench --output "$OUT/h200.json" "${args[@]}" ;;
-    run)   python3 -m mla_prefill.cli run "${args[@]}" && mkdir -p "$OUT/traces" && cp traces/mla_paged/*/*.jsonl "$OUT/traces/" ;;
+    run)   timeout "${RUN_TIMEOUT:-480}" python3 -m mla_prefill.cli run "${args[@]}"; rc_run=$?
+           mkdir -p "$OUT/traces" && cp traces/mla_paged/*/*.jsonl "$OUT/traces/"; (exit $rc_run) ;;
     py)    python3 "${args[@]}" ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac

@@ -7,7 +7,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mla_prefill.blobs import SMALL_CASES, SMALL_NUM_PAGES
+from mla_prefill.blobs import SMALL_CASES
 from mla_prefill.fuzz import ARGS, Batch, check_batch, make_batch_inputs, reference_fast
 from mla_prefill.kernel.config import KernelConfig, choose_config, with_split
 from mla_prefill.kernel.main import mla_paged_prefill, run
@@ -21,7 +21,9 @@ def assert_close(name, out, ref):
     out, ref = out.float().cpu(), ref.float().cpu()
     assert not out.isnan().any(), f"{name}: {int(out.isnan().sum())} NaN elements"
     inf_ref, inf_out = torch.isinf(ref), torch.isinf(out)
-    assert torch.equal(inf_ref, inf_out), f"{name}: inf positions differ ({int((inf_ref ^ inf_out).sum())})"
+    assert torch.equal(inf_ref, inf_out), (
+        f"{name}: inf positions differ ({int((inf_ref ^ inf_out).sum())})"
+    )
     assert torch.equal(out[inf_ref], ref[inf_ref]), f"{name}: inf signs differ"
     err = (out - ref).abs()[~inf_ref]
     bad = err > ATOL + RTOL * ref.abs()[~inf_ref]
@@ -76,10 +78,20 @@ def tiles(block_t, block_n):
     return KernelConfig(block_t, block_n, kv_chunk=0, num_splits=1, num_warps=4, num_stages=2)
 
 
-PINNED = [(tiles(1, 16), 0), (tiles(1, 16), 16), (tiles(2, 32), 0), (tiles(4, 16), 32), (tiles(4, 32), 64)]
+PINNED = [
+    (tiles(1, 16), 0),
+    (tiles(1, 16), 16),
+    (tiles(2, 32), 0),
+    (tiles(4, 16), 32),
+    (tiles(4, 32), 64),
+]
 
 
-@pytest.mark.parametrize("config,kv_chunk", PINNED, ids=lambda v: str(v) if isinstance(v, int) else f"t{v.block_t}n{v.block_n}")
+@pytest.mark.parametrize(
+    "config,kv_chunk",
+    PINNED,
+    ids=lambda v: str(v) if isinstance(v, int) else f"t{v.block_t}n{v.block_n}",
+)
 def test_pinned_configs(config, kv_chunk, device, reference):
     lengths = [(1, 40), (3, 3), (0, 5), (2, 0), (7, 30), (5, 21)]
     run_case(lengths, device, reference, seed=3, config=config, kv_chunk=kv_chunk)
@@ -146,10 +158,14 @@ def test_choose_config_from_shapes_only():
         choose_config(0, 1, 1)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     lengths=st.lists(
-        st.tuples(st.integers(0, 12), st.integers(0, 40)).map(lambda t: (t[0], t[0] + t[1] if t[0] else t[1])),
+        st.tuples(st.integers(0, 12), st.integers(0, 40)).map(
+            lambda t: (t[0], t[0] + t[1] if t[0] else t[1])
+        ),
         min_size=1,
         max_size=6,
     ),

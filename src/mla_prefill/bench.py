@@ -57,7 +57,9 @@ def make_inputs(workload: dict, index: Dict[str, torch.Tensor], device: str, see
     total_q, num_pages = axes["total_q"], axes["num_pages"]
 
     def randn(*shape):
-        return torch.randn(*shape, generator=g, device=device, dtype=torch.float32).to(torch.bfloat16)
+        return torch.randn(*shape, generator=g, device=device, dtype=torch.float32).to(
+            torch.bfloat16
+        )
 
     return {
         "q_nope": randn(total_q, 16, 512),
@@ -89,7 +91,18 @@ def ours(inputs: dict, out: torch.Tensor, lse: torch.Tensor, config=None) -> Cal
 
     if config is not None:
         config = with_split(config, config.kv_chunk, inputs["kv_indices"].numel())
-    args = [inputs[k] for k in ("q_nope", "q_pe", "ckv_cache", "kpe_cache", "qo_indptr", "kv_indptr", "kv_indices")]
+    args = [
+        inputs[k]
+        for k in (
+            "q_nope",
+            "q_pe",
+            "ckv_cache",
+            "kpe_cache",
+            "qo_indptr",
+            "kv_indptr",
+            "kv_indices",
+        )
+    ]
 
     def call():
         mla_paged_prefill(*args, inputs["sm_scale"], out, lse, config=config)
@@ -153,7 +166,9 @@ def compare(out, lse, ref_out, ref_lse, atol=1e-2, rtol=1e-2) -> dict:
     ok_l = ((lse - ref_lse).abs() <= atol + rtol * ref_lse.abs()) | (~fin & (lse == ref_lse))
     return {
         "correct": bool(ok_o.all() and ok_l.all() and same_inf),
-        "max_abs_err_out": float((o - r).abs().nan_to_num(float("inf")).max()) if o.numel() else 0.0,
+        "max_abs_err_out": float((o - r).abs().nan_to_num(float("inf")).max())
+        if o.numel()
+        else 0.0,
         "max_abs_err_lse": float((lse[fin] - ref_lse[fin]).abs().max()) if fin.any() else 0.0,
         "mismatched_out": int((~ok_o).sum()),
         "mismatched_lse": int((~ok_l).sum()),
@@ -182,7 +197,11 @@ def bench_workload(wl, root, dataset, contenders, iters_cap, seed, configs=None)
             out = torch.empty(total_q, 16, 512, dtype=torch.bfloat16, device="cuda")
             lse = torch.empty(total_q, 16, dtype=torch.float32, device="cuda")
             try:
-                fn = ours(inputs, out, lse, cfg) if name == "ours" else flashinfer_planned(inputs, out, lse)
+                fn = (
+                    ours(inputs, out, lse, cfg)
+                    if name == "ours"
+                    else flashinfer_planned(inputs, out, lse)
+                )
                 fn()  # warm-up: compile / JIT / module load stay out of the timings
                 torch.cuda.synchronize()
                 est = time_gpu(fn, scrub, 3)
@@ -205,7 +224,18 @@ def bench_workload(wl, root, dataset, contenders, iters_cap, seed, configs=None)
     refill_(inputs, seed + 1)
     ref = reference_fn(root)
     ref_out, ref_lse = ref(
-        *[inputs[k] for k in ("q_nope", "q_pe", "ckv_cache", "kpe_cache", "qo_indptr", "kv_indptr", "kv_indices")],
+        *[
+            inputs[k]
+            for k in (
+                "q_nope",
+                "q_pe",
+                "ckv_cache",
+                "kpe_cache",
+                "qo_indptr",
+                "kv_indptr",
+                "kv_indices",
+            )
+        ],
         inputs["sm_scale"],
     )
     for vname, (out, lse) in outs.items():
@@ -237,7 +267,12 @@ def summarize(rows: List[dict]) -> dict:
         "ours_wall_ms_sum": total("ours", "wall_ms"),
         "flashinfer_wall_ms_sum": total("flashinfer", "wall_ms"),
         "geomean_speedup_vs_flashinfer": round(geo, 3) if geo else None,
-        "all_correct": all(r[k].get("correct", False) for r in rows for k in r if isinstance(r[k], dict) and "gpu_ms" in r[k]),
+        "all_correct": all(
+            r[k].get("correct", False)
+            for r in rows
+            for k in r
+            if isinstance(r[k], dict) and "gpu_ms" in r[k]
+        ),
         "matmul_ceiling_tflops": MATMUL_CEILING_TFLOPS,
     }
 
@@ -276,7 +311,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_bench(args: argparse.Namespace) -> int:
     if not torch.cuda.is_available():
-        print("mla-prefill bench: needs a CUDA GPU (timings are GPU-side); none found.", file=sys.stderr)
+        print(
+            "mla-prefill bench: needs a CUDA GPU (timings are GPU-side); none found.",
+            file=sys.stderr,
+        )
         return 2
     root = repo_root()
     dataset = dataset_override(args.dataset)
@@ -286,7 +324,9 @@ def run_bench(args: argparse.Namespace) -> int:
     contenders = ["ours"] + ([] if args.no_flashinfer else ["flashinfer"])
     configs = parse_configs(args.configs)
     rows = []
-    print(f"{'uuid':8} {'tok':>6} {'GFLOP':>8} {'ours ms':>9} {'FI ms':>9} {'x FI':>6} {'ours TF/s':>9} ok")
+    print(
+        f"{'uuid':8} {'tok':>6} {'GFLOP':>8} {'ours ms':>9} {'FI ms':>9} {'x FI':>6} {'ours TF/s':>9} ok"
+    )
     for wl in sorted(lines, key=lambda w: w.workload["axes"]["total_q"]):
         row = bench_workload(wl, root, dataset, contenders, args.iters, args.seed, configs)
         rows.append(row)
@@ -305,7 +345,8 @@ def run_bench(args: argparse.Namespace) -> int:
         "gpu": torch.cuda.get_device_name(),
         "num_sms": torch.cuda.get_device_properties(0).multi_processor_count,
         "versions": versions(),
-        "command": "mla-prefill bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
+        "command": "mla-prefill bench "
+        + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
         "method": __doc__.strip(),
         "summary": summarize(rows),
         "workloads": rows,

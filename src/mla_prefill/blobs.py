@@ -87,10 +87,14 @@ def upstream_blobs(root: Path) -> Dict[Path, bytes]:
         w = wl.workload
         paths = {s["path"] for s in w["inputs"].values() if s.get("type") == "safetensors"}
         if len(paths) != 1:
-            raise ValueError(f"{wl.where}: expected one blob file for the index tensors, got {paths}")
+            raise ValueError(
+                f"{wl.where}: expected one blob file for the index tensors, got {paths}"
+            )
         if w["uuid"] not in lengths:
             raise KeyError(f"{wl.where}: no lengths for this uuid in {LENGTHS_FILE}")
-        tensors = build_index_tensors(lengths[w["uuid"]], w["axes"]["num_pages"], seed_for(w["uuid"]))
+        tensors = build_index_tensors(
+            lengths[w["uuid"]], w["axes"]["num_pages"], seed_for(w["uuid"])
+        )
         out[root / paths.pop()] = _blob_bytes(tensors)
     return out
 

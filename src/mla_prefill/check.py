@@ -37,7 +37,9 @@ def _check_definition(root: Path, problems: List[Problem]):
 
     path = definition_path(root)
     if not path.exists():
-        problems.append(Problem(str(path), "definition", "missing; copy the upstream definition JSON here"))
+        problems.append(
+            Problem(str(path), "definition", "missing; copy the upstream definition JSON here")
+        )
         return None
     try:
         definition = Definition.model_validate(json.loads(path.read_text()))
@@ -80,11 +82,17 @@ def _check_workload(root: Path, definition, wl, dataset: Optional[Path], problem
     for name in INDEX_INPUTS:
         spec = workload.inputs[name]
         if spec.type != "safetensors":
-            bad(f"inputs.{name}", f"must be a safetensors blob (a random int32 input is drawn from [-1024, 1024)), got {spec.type}")
+            bad(
+                f"inputs.{name}",
+                f"must be a safetensors blob (a random int32 input is drawn from [-1024, 1024)), got {spec.type}",
+            )
             continue
         path = resolve_blob(root, spec.path, dataset)
         if not path.exists():
-            bad(f"inputs.{name}", f"blob {spec.path} not found; run `mla-prefill blobs` or pass --dataset")
+            bad(
+                f"inputs.{name}",
+                f"blob {spec.path} not found; run `mla-prefill blobs` or pass --dataset",
+            )
             continue
         import safetensors.torch as st
 
@@ -101,7 +109,10 @@ def _check_workload(root: Path, definition, wl, dataset: Optional[Path], problem
             bad(f"inputs.{name}", f"expected dtype int32, got {t.dtype}")
             continue
         if list(t.shape) != shapes[name]:
-            bad(f"inputs.{name}", f"expected shape {shapes[name]} from the axes, got {list(t.shape)}")
+            bad(
+                f"inputs.{name}",
+                f"expected shape {shapes[name]} from the axes, got {list(t.shape)}",
+            )
             continue
         tensors[name] = t
     if len(tensors) != len(INDEX_INPUTS):
@@ -165,7 +176,12 @@ def check_trace_set(root: Path, dataset: Optional[Path] = None) -> List[Problem]
             for wl in lines:
                 if wl.uuid in seen:
                     problems.append(
-                        Problem(f"{wpath}:{wl.line}", "uuid", f"duplicate of line {seen[wl.uuid]}", wl.uuid)
+                        Problem(
+                            f"{wpath}:{wl.line}",
+                            "uuid",
+                            f"duplicate of line {seen[wl.uuid]}",
+                            wl.uuid,
+                        )
                     )
                 seen[wl.uuid] = wl.line
                 _check_workload(root, definition, wl, dataset, problems)

@@ -87,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_arguments(bb)
     bb.set_defaults(func=cmd_bench)
 
-    from mla_prefill.replay import add_arguments as run_arguments, cmd_run
+    from mla_prefill.replay import add_arguments as run_arguments
+    from mla_prefill.replay import cmd_run
 
     r = sub.add_parser("run", help="replay workloads x solutions and write traces")
     run_arguments(r)

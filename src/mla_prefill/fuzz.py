@@ -58,11 +58,22 @@ def make_batch_inputs(batch: Batch, device: str) -> dict:
     }
 
 
-ARGS = ("q_nope", "q_pe", "ckv_cache", "kpe_cache", "qo_indptr", "kv_indptr", "kv_indices", "sm_scale")
+ARGS = (
+    "q_nope",
+    "q_pe",
+    "ckv_cache",
+    "kpe_cache",
+    "qo_indptr",
+    "kv_indptr",
+    "kv_indices",
+    "sm_scale",
+)
 
 
 @torch.no_grad()
-def reference_fast(q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices, sm_scale, chunk=512):
+def reference_fast(
+    q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices, sm_scale, chunk=512
+):
     """fp32 reference, same semantics as the definition's (rows with no key: output 0, lse -inf)."""
     T = q_nope.shape[0]
     out = torch.zeros(T, 16, 512, dtype=torch.bfloat16, device=q_nope.device)
@@ -83,15 +94,21 @@ def reference_fast(q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_
             c1 = min(c0 + chunk, q1)
             qn = q_nope[c0:c1].float()
             qp = q_pe[c0:c1].float()
-            s = (torch.einsum("thd,kd->thk", qn, kc) + torch.einsum("thd,kd->thk", qp, kp)) * sm_scale
+            s = (
+                torch.einsum("thd,kd->thk", qn, kc) + torch.einsum("thd,kd->thk", qp, kp)
+            ) * sm_scale
             rows = torch.arange(c0 - q0, c1 - q0, device=q_nope.device) + prefix
             s.masked_fill_((cols[None, :] > rows[:, None])[:, None, :], -float("inf"))
             lse[c0:c1] = torch.logsumexp(s, dim=-1) / math.log(2.0)
-            out[c0:c1] = torch.einsum("thk,kd->thd", torch.softmax(s, dim=-1), kc).to(torch.bfloat16)
+            out[c0:c1] = torch.einsum("thk,kd->thd", torch.softmax(s, dim=-1), kc).to(
+                torch.bfloat16
+            )
     return out, lse
 
 
-def random_batch(rng: random.Random, seed: int, max_tokens: int, max_q: int, max_prefix: int) -> Batch:
+def random_batch(
+    rng: random.Random, seed: int, max_tokens: int, max_q: int, max_prefix: int
+) -> Batch:
     """One random batch shape, with the corner cases mixed in on purpose."""
     kind = rng.random()
     if kind < 0.1:  # many tiny sequences
@@ -178,7 +195,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     a = p.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     res = sweep(a.n, a.seed, device, a.max_tokens, a.max_q, a.max_prefix)
-    res["command"] = "python -m mla_prefill.fuzz " + " ".join(argv if argv is not None else sys.argv[1:])
+    res["command"] = "python -m mla_prefill.fuzz " + " ".join(
+        argv if argv is not None else sys.argv[1:]
+    )
     res["gpu"] = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     print(json.dumps({k: v for k, v in res.items() if k != "results"}))
     if a.output:

@@ -83,7 +83,9 @@ def iter_workload_lines(path: Path) -> Iterator[WorkloadLine]:
             try:
                 record = json.loads(text)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg} at column {e.colno})") from e
+                raise ValueError(
+                    f"{path}:{lineno}: not valid JSON ({e.msg} at column {e.colno})"
+                ) from e
             yield WorkloadLine(path, lineno, record)
 
 
@@ -127,7 +129,9 @@ def load_index_tensors(
         if path not in cache:
             cache[path] = st.load_file(str(path))
         if spec["tensor_key"] not in cache[path]:
-            raise KeyError(f"{path}: has no tensor '{spec['tensor_key']}' (wanted for input {name})")
+            raise KeyError(
+                f"{path}: has no tensor '{spec['tensor_key']}' (wanted for input {name})"
+            )
         tensors[name] = cache[path][spec["tensor_key"]]
     return tensors
 

@@ -20,7 +20,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, List, Set, Tuple
 
 from mla_prefill.io import dataset_override, iter_workload_lines, repo_root, small_root, traces_dir
 
@@ -29,7 +29,9 @@ INTERPRETER_HARDWARE = "CPU (Triton interpreter)"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--solution", nargs="*", default=None, help="solution names (default: all)")
-    p.add_argument("--workload", nargs="*", default=None, help="workload uuid prefixes (default: all)")
+    p.add_argument(
+        "--workload", nargs="*", default=None, help="workload uuid prefixes (default: all)"
+    )
     p.add_argument("--dataset", default=None, help="official dataset clone whose blobs to use")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--iterations", type=int, default=50)
@@ -118,7 +120,9 @@ def _select(args, trace_set, def_name):
     if args.solution:
         missing = set(args.solution) - {s.name for s in solutions}
         if missing:
-            raise SystemExit(f"mla-prefill run: no solution named {sorted(missing)}; see solutions/")
+            raise SystemExit(
+                f"mla-prefill run: no solution named {sorted(missing)}; see solutions/"
+            )
         solutions = [s for s in solutions if s.name in args.solution]
     workloads = [w.workload for w in trace_set.workloads.get(def_name, [])]
     if args.workload:
@@ -186,7 +190,11 @@ def _run(args: argparse.Namespace, on_gpu: bool) -> int:
                 status = ev["status"]
                 failures += status != "PASSED"
                 lat = (ev.get("performance") or {}).get("latency_ms")
-                _progress(k, n_pairs, f"{workload.uuid[:8]} {sol.name}: {status}" + (f" {lat:.4f} ms" if lat else ""))
+                _progress(
+                    k,
+                    n_pairs,
+                    f"{workload.uuid[:8]} {sol.name}: {status}" + (f" {lat:.4f} ms" if lat else ""),
+                )
                 record = {
                     "definition": definition.name,
                     "workload": workload.model_dump(mode="json"),
@@ -213,7 +221,12 @@ class _GpuRunner:
 
         self.args = args
         self.log_dir = tempfile.mkdtemp(prefix="mla_prefill_logs_")
-        common = dict(warmup_runs=args.warmup, iterations=args.iterations, num_trials=args.trials, log_dir=self.log_dir)
+        common = dict(
+            warmup_runs=args.warmup,
+            iterations=args.iterations,
+            num_trials=args.trials,
+            log_dir=self.log_dir,
+        )
         self.cfg_ref = BenchmarkConfig(**common, profile_baseline=True)
         self.cfg_noref = BenchmarkConfig(**common, profile_baseline=False)
         self.runner = PersistentRunner(self.log_dir)
@@ -222,7 +235,11 @@ class _GpuRunner:
     def run(self, definition, workload, solutions, root: Path) -> Dict[str, dict]:
         import torch
 
-        cfg = self.cfg_ref if workload.axes["total_q"] <= self.args.reference_max_q else self.cfg_noref
+        cfg = (
+            self.cfg_ref
+            if workload.axes["total_q"] <= self.args.reference_max_q
+            else self.cfg_noref
+        )
         data_root = self.dataset if self.dataset is not None else root
         hardware = torch.cuda.get_device_name()
         try:
@@ -234,7 +251,9 @@ class _GpuRunner:
         for s in solutions:
             ev = results.get(s.name)
             if ev is None:
-                out[s.name] = failed_evaluation("RUNTIME_ERROR", "the runner returned no evaluation", hardware)
+                out[s.name] = failed_evaluation(
+                    "RUNTIME_ERROR", "the runner returned no evaluation", hardware
+                )
             else:
                 out[s.name] = ev.model_dump(mode="json")
         return out
@@ -284,11 +303,15 @@ class _InterpreterRunner:
                 ms = (time.perf_counter() - t0) * 1e3
             except Exception as e:
                 out[sol.name] = failed_evaluation(
-                    "RUNTIME_ERROR", f"{type(e).__name__}: {e}\n{traceback.format_exc()}", INTERPRETER_HARDWARE
+                    "RUNTIME_ERROR",
+                    f"{type(e).__name__}: {e}\n{traceback.format_exc()}",
+                    INTERPRETER_HARDWARE,
                 )
                 continue
             res = compare(o, lse, ref_out, ref_lse)
-            rel = ((o.float() - ref_out.float()).abs() / ref_out.float().abs().clamp_min(1e-6)).max()
+            rel = (
+                (o.float() - ref_out.float()).abs() / ref_out.float().abs().clamp_min(1e-6)
+            ).max()
             out[sol.name] = {
                 "status": "PASSED" if res["correct"] else "INCORRECT_NUMERICAL",
                 "environment": {"hardware": INTERPRETER_HARDWARE, "libs": _libs()},

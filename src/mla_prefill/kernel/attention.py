@@ -105,6 +105,46 @@ def _attend_kv_range(
 
 
 @triton.jit
+def _load_q(
+    q_nope_ptr,
+    q_pe_ptr,
+    row_tok64,
+    row_head,
+    mask,
+    stride_qn_t,
+    stride_qn_h,
+    stride_qp_t,
+    stride_qp_h,
+    HEAD_CKV: tl.constexpr,
+    HEAD_KPE: tl.constexpr,
+    INTERPRET: tl.constexpr,
+):
+    """The tile's query rows (token-major, 16 heads each): nope [BLOCK_M, 512], pe [BLOCK_M, 64]."""
+    offs_ckv = tl.arange(0, HEAD_CKV)
+    offs_kpe = tl.arange(0, HEAD_KPE)
+    q_n = tl.load(
+        q_nope_ptr
+        + row_tok64[:, None] * stride_qn_t
+        + row_head[:, None] * stride_qn_h
+        + offs_ckv[None, :],
+        mask=mask[:, None],
+        other=0.0,
+    )
+    q_p = tl.load(
+        q_pe_ptr
+        + row_tok64[:, None] * stride_qp_t
+        + row_head[:, None] * stride_qp_h
+        + offs_kpe[None, :],
+        mask=mask[:, None],
+        other=0.0,
+    )
+    if INTERPRET:
+        q_n = q_n.to(tl.float32)
+        q_p = q_p.to(tl.float32)
+    return q_n, q_p
+
+
+@triton.jit
 def _mla_prefill_kernel(
     q_nope_ptr,
     q_pe_ptr,
@@ -147,28 +187,16 @@ def _mla_prefill_kernel(
 
     offs_m = tl.arange(0, BLOCK_M)
     offs_ckv = tl.arange(0, HEAD_CKV)
-    offs_kpe = tl.arange(0, HEAD_KPE)
     row_tok = tok0 + offs_m // NUM_HEADS
     row_head = offs_m % NUM_HEADS
     row_ok = row_tok < total_q
     row_tok64 = row_tok.to(tl.int64)
 
-    q_n = tl.load(
-        q_nope_ptr
-        + row_tok64[:, None] * stride_qn_t
-        + row_head[:, None] * stride_qn_h
-        + offs_ckv[None, :],
-        mask=row_ok[:, None],
-        other=0.0,
-    )
-    q_p = tl.load(
-        q_pe_ptr + row_tok64[:, None] * stride_qp_t + row_head[:, None] * stride_qp_h + offs_kpe[None, :],
-        mask=row_ok[:, None],
-        other=0.0,
-    )
-    if INTERPRET:
-        q_n = q_n.to(tl.float32)
-        q_p = q_p.to(tl.float32)
+    if KV_CHUNK == 0:
+        q_n, q_p = _load_q(
+            q_nope_ptr, q_pe_ptr, row_tok64, row_head, row_ok,
+            stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, HEAD_CKV, HEAD_KPE, INTERPRET,
+        )  # fmt: skip
 
     # First sequence of this tile: the largest b in [0, batch) with qo_indptr[b] <= tok0.
     b_lo = tok0 * 0
@@ -201,6 +229,12 @@ def _mla_prefill_kernel(
             lo = kv_hi * 0
             hi = kv_hi
         mid_n = lo + tl.maximum(tl.minimum(kv_unmasked, hi) - lo, 0) // BLOCK_N * BLOCK_N
+        if KV_CHUNK > 0:
+            # most split programs of a short sequence have no key: their Q load is masked off
+            q_n, q_p = _load_q(
+                q_nope_ptr, q_pe_ptr, row_tok64, row_head, row_ok & (lo < hi),
+                stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, HEAD_CKV, HEAD_KPE, INTERPRET,
+            )  # fmt: skip
 
         acc = tl.zeros([BLOCK_M, HEAD_CKV], dtype=tl.float32)
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
@@ -257,37 +291,47 @@ def _combine_kernel(
     NUM_HEADS: tl.constexpr,
     HEAD_CKV: tl.constexpr,
     ROWS: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_S: tl.constexpr,
 ):
     """Merge the normalised partial outputs of each (token, head) row by their base-2 lse.
 
-    Splits that saw no key have lse = -inf and an unwritten output, which is never loaded.
+    Program (row block, D block). Pass 1 reads every split's lse, BLOCK_S at a time, for the max
+    and the number of splits that saw a key: these form a prefix, since split s covers KV
+    positions [s * KV_CHUNK, (s + 1) * KV_CHUNK). Pass 2 reads outputs of those splits only.
     """
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_ok = rows < n_rows
     rows64 = rows.to(tl.int64)
-    offs_d = tl.arange(0, HEAD_CKV)
+    offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    offs_s = tl.arange(0, BLOCK_S)
     m = tl.full([ROWS], float("-inf"), dtype=tl.float32)
+    n_valid = tl.zeros([ROWS], dtype=tl.int32)
+    for s0 in range(0, num_splits, BLOCK_S):
+        ss = s0 + offs_s
+        part = tl.load(
+            part_lse_ptr + ss[:, None] * stride_pl_s + rows64[None, :],
+            mask=(ss < num_splits)[:, None] & row_ok[None, :],
+            other=float("-inf"),
+        )
+        m = tl.maximum(m, tl.max(part, 0))
+        n_valid = tl.maximum(n_valid, tl.max(tl.where(part > float("-inf"), ss[:, None] + 1, 0), 0))
+    m_use = tl.where(m == float("-inf"), 0.0, m)
     den = tl.zeros([ROWS], dtype=tl.float32)
-    acc = tl.zeros([ROWS, HEAD_CKV], dtype=tl.float32)
-    for s in range(0, num_splits):
+    acc = tl.zeros([ROWS, BLOCK_D], dtype=tl.float32)
+    for s in range(0, tl.max(n_valid, 0)):
         part = tl.load(part_lse_ptr + s * stride_pl_s + rows64, mask=row_ok, other=float("-inf"))
-        has = part > float("-inf")
-        m_new = tl.maximum(m, part)
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.math.exp2(m - m_use)
         w = tl.math.exp2(part - m_use)
         o_s = tl.load(
             part_o_ptr + s * stride_po_s + rows64[:, None] * HEAD_CKV + offs_d[None, :],
-            mask=(row_ok & has)[:, None],
+            mask=(row_ok & (part > float("-inf")))[:, None],
             other=0.0,
         )
-        den = den * alpha + w
-        acc = acc * alpha[:, None] + w[:, None] * o_s
-        m = m_new
+        den += w
+        acc += w[:, None] * o_s
     seen = den > 0.0
     den_div = tl.where(seen, den, 1.0)
     o = acc / den_div[:, None]
-    lse = tl.where(seen, m + tl.math.log2(den_div), float("-inf"))
     tok = rows64 // NUM_HEADS
     head = rows64 % NUM_HEADS
     tl.store(
@@ -295,4 +339,6 @@ def _combine_kernel(
         o.to(out_ptr.dtype.element_ty),
         mask=row_ok[:, None],
     )
-    tl.store(lse_ptr + tok * stride_l_t + head * stride_l_h, lse, mask=row_ok)
+    if tl.program_id(1) == 0:
+        lse = tl.where(seen, m_use + tl.math.log2(den_div), float("-inf"))
+        tl.store(lse_ptr + tok * stride_l_t + head * stride_l_h, lse, mask=row_ok)

@@ -49,7 +49,8 @@ def choose_config(
     """Pick tiles from shapes alone.
 
     - Up to one wave of single-token programs (``total_q <= num_sms``): one token per tile
-      (16 rows): more programs in flight and no MMA rows spent on a neighbour sequence's query.
+      (16 rows) and 32-position KV steps: more programs in flight, no MMA rows spent on a
+      neighbour sequence's query, and short dependent-load chains (measured on H200: NOTES.md).
     - Otherwise 4 tokens (64 rows): the widest tile whose fp32 ``[64, 512]`` accumulator fits the
       register file of two warpgroups.
     - When the query tiles leave SMs idle and sequences average >= 256 KV positions, every KV
@@ -61,7 +62,7 @@ def choose_config(
         raise ValueError(f"choose_config: total_q must be > 0, got {total_q}")
     batch = max(batch, 1)
     if total_q <= num_sms:
-        block_t, block_n, num_warps, num_stages = 1, 64, 4, 2
+        block_t, block_n, num_warps, num_stages = 1, 32, 4, 2
     else:
         block_t, block_n, num_warps, num_stages = 4, 64, 8, 2
     if interpret:

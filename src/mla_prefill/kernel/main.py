@@ -128,13 +128,13 @@ def mla_paged_prefill(
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     if split:
-        rows = 16
+        rows, block_d = 16, 128
         n_rows = total_q * NUM_QO_HEADS
-        _combine_kernel[(triton.cdiv(n_rows, rows),)](
+        _combine_kernel[(triton.cdiv(n_rows, rows), HEAD_DIM_CKV // block_d)](
             part_o, part_lse, output, lse, n_rows, config.num_splits,
             part_o.stride(0), part_lse.stride(0),
             output.stride(0), output.stride(1), lse.stride(0), lse.stride(1),
-            NUM_HEADS=NUM_QO_HEADS, HEAD_CKV=HEAD_DIM_CKV, ROWS=rows,
+            NUM_HEADS=NUM_QO_HEADS, HEAD_CKV=HEAD_DIM_CKV, ROWS=rows, BLOCK_D=block_d, BLOCK_S=32,
             num_warps=4,
         )  # fmt: skip
     return output, lse

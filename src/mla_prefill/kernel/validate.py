@@ -36,7 +36,11 @@ def _expect_tensor(name: str, x: object) -> torch.Tensor:
 
 def _expect(name: str, x: torch.Tensor, shape: Tuple, dtype: torch.dtype) -> None:
     if x.dtype != dtype:
-        hint = f"; convert with .to({dtype})" if x.dtype in (torch.int64, torch.float16, torch.float32) else ""
+        hint = (
+            f"; convert with .to({dtype})"
+            if x.dtype in (torch.int64, torch.float16, torch.float32)
+            else ""
+        )
         raise ValueError(f"{name}: expected dtype {dtype}, got {x.dtype}{hint}")
     if x.dim() != len(shape) or any(e is not None and e != a for e, a in zip(shape, x.shape)):
         want = "[" + ", ".join("*" if e is None else str(e) for e in shape) + "]"
@@ -52,7 +56,9 @@ def sm_scale_value(sm_scale: object) -> float:
     """The softmax scale as a Python float; a CUDA tensor is refused (reading it would sync)."""
     if isinstance(sm_scale, torch.Tensor):
         if sm_scale.numel() != 1:
-            raise ValueError(f"sm_scale: expected a scalar, got a tensor of shape {list(sm_scale.shape)}")
+            raise ValueError(
+                f"sm_scale: expected a scalar, got a tensor of shape {list(sm_scale.shape)}"
+            )
         if sm_scale.device.type != "cpu":
             raise ValueError(
                 "sm_scale: expected a Python float or a CPU scalar tensor, got a tensor on "
@@ -70,7 +76,9 @@ def sm_scale_value(sm_scale: object) -> float:
 _BF16, _I32, _F32 = torch.bfloat16, torch.int32, torch.float32
 
 
-def _inputs_ok(q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices, output, lse) -> bool:
+def _inputs_ok(
+    q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices, output, lse
+) -> bool:
     """The common case in a few microseconds: every rule of ``_explain_inputs``, as one boolean."""
     try:
         t, p = q_nope.shape[0], ckv_cache.shape[0]
@@ -111,7 +119,9 @@ def check_inputs(
 
     Raises ``ValueError`` naming the argument and what was expected.
     """
-    if _inputs_ok(q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices, output, lse):
+    if _inputs_ok(
+        q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices, output, lse
+    ):
         return q_nope.shape[0], ckv_cache.shape[0], qo_indptr.shape[0] - 1, kv_indices.shape[0]
     return _explain_inputs(
         q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices, output, lse
@@ -192,10 +202,15 @@ def index_data_problems(
         drops = torch.nonzero(ptr[1:] < ptr[:-1]).flatten()[:limit].tolist()
         for b in drops:
             problems.append(
-                (name, f"must never decrease: {name}[{b}] = {int(ptr[b])} > {name}[{b + 1}] = {int(ptr[b + 1])}")
+                (
+                    name,
+                    f"must never decrease: {name}[{b}] = {int(ptr[b])} > {name}[{b + 1}] = {int(ptr[b + 1])}",
+                )
             )
         if int(ptr[-1]) != last:
-            problems.append((name, f"must end at {last_what} = {last}, got {name}[-1] = {int(ptr[-1])}"))
+            problems.append(
+                (name, f"must end at {last_what} = {last}, got {name}[-1] = {int(ptr[-1])}")
+            )
     if qo.numel() == kv.numel() and qo.numel() > 1:
         q_len = qo[1:] - qo[:-1]
         kv_len = kv[1:] - kv[:-1]
@@ -212,7 +227,10 @@ def index_data_problems(
     bad = torch.nonzero((idx < 0) | (idx >= num_pages)).flatten()[:limit].tolist()
     for pos in bad:
         problems.append(
-            ("kv_indices", f"kv_indices[{pos}] = {int(idx[pos])} is outside [0, num_pages = {num_pages})")
+            (
+                "kv_indices",
+                f"kv_indices[{pos}] = {int(idx[pos])} is outside [0, num_pages = {num_pages})",
+            )
         )
     return problems
 

@@ -17,10 +17,14 @@ def _workspace(device: torch.device) -> torch.Tensor:
     return _WORKSPACES[key]
 
 
-def run(q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices, sm_scale, output, lse):
+def run(
+    q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices, sm_scale, output, lse
+):
     import flashinfer
 
-    wrapper = flashinfer.mla.BatchMLAPagedAttentionWrapper(_workspace(q_nope.device), backend="auto")
+    wrapper = flashinfer.mla.BatchMLAPagedAttentionWrapper(
+        _workspace(q_nope.device), backend="auto"
+    )
     kv_len = kv_indptr[1:] - kv_indptr[:-1]
     wrapper.plan(
         qo_indptr, kv_indptr, kv_indices, kv_len,
