@@ -45,6 +45,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--force", action="store_true", help="re-run pairs that already have a trace")
     p.add_argument("--small", action="store_true", help="replay the small set even on a GPU")
+    p.add_argument(
+        "--root",
+        default=None,
+        help="trace-set root to replay (default: the repository on a GPU, small/ without one); "
+        "solutions come from it, or from the repository when it has none",
+    )
 
 
 def trace_file(root: Path, solution: str) -> Path:
@@ -158,9 +164,9 @@ def _run(args: argparse.Namespace, on_gpu: bool) -> int:
 
     from mla_prefill.io import DEFINITION_NAME
 
-    root = repo_root() if on_gpu else small_root()
+    root = Path(args.root) if args.root else (repo_root() if on_gpu else small_root())
     trace_set = TraceSet.from_path(str(root))
-    if not on_gpu:  # the small set shares the repository's solutions
+    if not trace_set.solutions.get(DEFINITION_NAME):  # e.g. small/ shares the repo's solutions
         trace_set.solutions = TraceSet.from_path(str(repo_root())).solutions
     solutions, workloads = _select(args, trace_set, DEFINITION_NAME)
     if not on_gpu:

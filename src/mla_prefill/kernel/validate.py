@@ -82,8 +82,10 @@ def _inputs_ok(
     """The common case in a few microseconds: every rule of ``_explain_inputs``, as one boolean."""
     try:
         t, p = q_nope.shape[0], ckv_cache.shape[0]
-        dev = q_nope.get_device()
+        dev = q_nope.get_device()  # CUDA index; -1 for CPU and meta alike, which take the slow path
         ok = (
+            dev >= 0
+            and
             q_nope.dtype is _BF16 and q_pe.dtype is _BF16 and ckv_cache.dtype is _BF16
             and kpe_cache.dtype is _BF16 and qo_indptr.dtype is _I32 and kv_indptr.dtype is _I32
             and kv_indices.dtype is _I32
