@@ -93,6 +93,28 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="replay workloads x solutions and write traces")
     run_arguments(r)
     r.set_defaults(func=cmd_run)
+
+    from mla_prefill.report import (
+        add_compare_arguments,
+        add_report_arguments,
+        cmd_compare,
+        cmd_report,
+    )
+
+    rp = sub.add_parser("report", help="tables and plots from the committed traces (no GPU needed)")
+    add_report_arguments(rp)
+    rp.set_defaults(func=cmd_report)
+
+    cp = sub.add_parser("compare", help="our traces beside leaderboard entries, per workload")
+    add_compare_arguments(cp)
+    cp.set_defaults(func=cmd_compare)
+
+    from mla_prefill.export import add_arguments as export_arguments
+    from mla_prefill.export import cmd_export
+
+    ex = sub.add_parser("export", help="a FlashInfer-Bench submission bundle (solution + traces)")
+    export_arguments(ex)
+    ex.set_defaults(func=cmd_export)
     return p
 
 
