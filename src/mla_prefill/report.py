@@ -258,7 +258,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(("- " if args.markdown else "") + line)
     print(
         ("\n" if args.markdown else "")
-        + "TFLOP/s from the exact causal pair count, shown for workloads of >= 1000 tokens (below, "
+        + "x FI wrapper: speedup over the FlashInfer wrapper solution as flashinfer-bench times it "
+        "(plan() inside every call, as the upstream baseline; host overhead included). The "
+        "kernel-to-kernel comparison, plan outside the timed call, is `mla-prefill bench` "
+        "(benchmarks/h200.json). "
+        "TFLOP/s from the exact causal pair count, shown for workloads of >= 1000 tokens (below, "
         "launch and latency dominate); x ref is flashinfer-bench's speedup over the definition's "
         "reference where its latency was profiled ('-': not timed, see `run --reference-max-q`)."
     )
