@@ -54,9 +54,13 @@ def test_compare_marks_hardware(capsys):
     out = capsys.readouterr().out
     line = [ln for ln in out.splitlines() if "gpt-o3_triton_ad56c1" in ln][0]
     assert "85.2845" in line and "NVIDIA B200" in line and "n/a: NVIDIA B200 vs NVIDIA H200" in line
-    ours = [ln for ln in out.splitlines() if "mla_prefill_triton_hopper" in ln and "053a88a3" in ln][0]
+    ours = [
+        ln for ln in out.splitlines() if "mla_prefill_triton_hopper" in ln and "053a88a3" in ln
+    ][0]
     assert "NVIDIA H200" in ours and "(this)" in ours
-    fi = [ln for ln in out.splitlines() if "flashinfer_wrapper_plan_inside" in ln and "053a88a3" in ln][0]
+    fi = [
+        ln for ln in out.splitlines() if "flashinfer_wrapper_plan_inside" in ln and "053a88a3" in ln
+    ][0]
     assert "x our latency" in fi
 
 
