@@ -231,8 +231,14 @@ def _mla_prefill_kernel(
         mid_n = lo + tl.maximum(tl.minimum(kv_unmasked, hi) - lo, 0) // BLOCK_N * BLOCK_N
         if KV_CHUNK > 0:
             # most split programs of a short sequence have no key: their Q load is masked off
+            if (
+                INTERPRET
+            ):  # Triton 3.9's interpreter refuses a scalar term in a mask: make it per row
+                q_mask = row_ok & (row_tok * 0 + lo < hi)
+            else:
+                q_mask = row_ok & (lo < hi)
             q_n, q_p = _load_q(
-                q_nope_ptr, q_pe_ptr, row_tok64, row_head, row_ok & (lo < hi),
+                q_nope_ptr, q_pe_ptr, row_tok64, row_head, q_mask,
                 stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, HEAD_CKV, HEAD_KPE, INTERPRET,
             )  # fmt: skip
 
