@@ -44,6 +44,13 @@ def test_report_markdown_and_plots(tmp_path, capsys):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_report_on_committed_traces(capsys):
+    """`mla-prefill report` works on a clean CPU machine from what the repository holds."""
+    assert cli_main(["report"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("mla_prefill_triton_hopper") >= 38
+
+
 def test_report_without_traces_says_what_to_do(tmp_path, capsys):
     assert cli_main(["report", "--traces", str(tmp_path / "none")]) == 1
     assert "mla-prefill run" in capsys.readouterr().out

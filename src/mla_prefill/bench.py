@@ -46,6 +46,10 @@ def versions() -> Dict[str, str]:
             out[dist] = md.version(dist)
         except md.PackageNotFoundError:
             out[dist] = "not installed"
+    if out["mla-prefill"] == "not installed":  # run from the source tree (scripts/gpu_check.sh)
+        from mla_prefill import __version__
+
+        out["mla-prefill"] = f"{__version__} (source tree)"
     out["cuda"] = str(torch.version.cuda)
     return out
 
