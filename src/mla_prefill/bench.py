@@ -28,6 +28,7 @@ import torch
 
 from mla_prefill.flops import MATMUL_CEILING_TFLOPS, flops
 from mla_prefill.io import (
+    INPUTS,
     dataset_override,
     load_index_tensors,
     load_workloads,
@@ -95,21 +96,10 @@ def ours(inputs: dict, out: torch.Tensor, lse: torch.Tensor, config=None) -> Cal
 
     if config is not None:
         config = with_split(config, config.kv_chunk, inputs["kv_indices"].numel())
-    args = [
-        inputs[k]
-        for k in (
-            "q_nope",
-            "q_pe",
-            "ckv_cache",
-            "kpe_cache",
-            "qo_indptr",
-            "kv_indptr",
-            "kv_indices",
-        )
-    ]
+    args = [inputs[k] for k in INPUTS]
 
     def call():
-        mla_paged_prefill(*args, inputs["sm_scale"], out, lse, config=config)
+        mla_paged_prefill(*args, out, lse, config=config)
 
     return call
 
@@ -227,21 +217,7 @@ def bench_workload(wl, root, dataset, contenders, iters_cap, seed, configs=None)
     # the timed calls are checked: new values in the same buffers, poisoned outputs, call again
     refill_(inputs, seed + 1)
     ref = reference_fn(root)
-    ref_out, ref_lse = ref(
-        *[
-            inputs[k]
-            for k in (
-                "q_nope",
-                "q_pe",
-                "ckv_cache",
-                "kpe_cache",
-                "qo_indptr",
-                "kv_indptr",
-                "kv_indices",
-            )
-        ],
-        inputs["sm_scale"],
-    )
+    ref_out, ref_lse = ref(*[inputs[k] for k in INPUTS])
     for vname, (out, lse) in outs.items():
         out.fill_(float("nan"))
         lse.fill_(float("nan"))

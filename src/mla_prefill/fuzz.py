@@ -17,6 +17,8 @@ from typing import List, Optional, Tuple
 
 import torch
 
+from mla_prefill.io import INPUTS
+
 
 @dataclass
 class Batch:
@@ -58,16 +60,7 @@ def make_batch_inputs(batch: Batch, device: str) -> dict:
     }
 
 
-ARGS = (
-    "q_nope",
-    "q_pe",
-    "ckv_cache",
-    "kpe_cache",
-    "qo_indptr",
-    "kv_indptr",
-    "kv_indices",
-    "sm_scale",
-)
+ARGS = INPUTS
 
 
 @torch.no_grad()

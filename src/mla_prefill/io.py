@@ -11,6 +11,8 @@ import torch
 DEFINITION_NAME = "mla_paged_prefill_causal_h16_ckv512_kpe64_ps1"
 OP_TYPE = "mla_paged"
 INDEX_INPUTS = ("qo_indptr", "kv_indptr", "kv_indices")
+# the definition's inputs, in its order (the positional order of `run` and of the reference)
+INPUTS = ("q_nope", "q_pe", "ckv_cache", "kpe_cache", *INDEX_INPUTS, "sm_scale")
 DATASET_ENV = "FIB_DATASET_PATH"
 
 

@@ -1,0 +1,33 @@
+"""The pieces of `mla-prefill bench` that do not need a GPU: inputs, refill, our call, compare."""
+
+import torch
+
+from mla_prefill.bench import compare, make_inputs, ours, refill_
+from mla_prefill.io import INPUTS, load_index_tensors, load_workloads, reference_fn, small_root
+
+
+def test_bench_call_refill_and_compare(device):
+    root = small_root()
+    wl = [w for w in load_workloads(root) if w.workload["axes"]["len_indptr"] > 2][0].workload
+    inputs = make_inputs(wl, load_index_tensors(root, wl), device, seed=0)
+    T = wl["axes"]["total_q"]
+    out = torch.full((T, 16, 512), float("nan"), dtype=torch.bfloat16, device=device)
+    lse = torch.full((T, 16), float("nan"), device=device)
+    call = ours(inputs, out, lse)
+    call()
+    ref = reference_fn(root)
+    assert compare(out, lse, *ref(*[inputs[k] for k in INPUTS]))["correct"]
+    before = {k: inputs[k].clone() for k in ("q_nope", "ckv_cache", "kv_indices")}
+    ptrs = {k: inputs[k].data_ptr() for k in before}
+    refill_(inputs, seed=1)
+    for k in before:  # new values in the same buffers
+        assert inputs[k].data_ptr() == ptrs[k]
+        assert not torch.equal(inputs[k], before[k])
+    assert sorted(inputs["kv_indices"].tolist()) == sorted(before["kv_indices"].tolist())
+    out.fill_(float("nan"))
+    call()
+    new_ref = ref(*[inputs[k] for k in INPUTS])
+    assert compare(out, lse, *new_ref)["correct"]
+    # and a stale output (from before the refill) would have been caught
+    stale = torch.zeros_like(out)
+    assert not compare(stale, lse, *new_ref)["correct"]
