@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# compute-sanitizer memcheck and racecheck over seeded random batches (small ones: the tools slow
+# every kernel down). Run after scripts/gpu_check.sh has installed the wheels on the machine, e.g.
+#   bash scripts/gpu_check.sh py -c 'print()' && bash scripts/sanitize.sh
+# Writes $OUT/sanitizer.log and the batch lists; each tool's "ERROR SUMMARY" line is the result.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
+export PYTHONPATH="$PWD/src:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+{
+  echo "== memcheck"
+  timeout "${MEMCHECK_TIMEOUT:-240}" compute-sanitizer --tool memcheck --print-limit 20 \
+    python3 -m mla_prefill.fuzz --n 40 --seed 11 --max-tokens 2048 --max-q 1024 --max-prefix 4096 \
+    --output "$OUT/memcheck-batches.json" 2>&1 | tail -4
+  echo "== racecheck"
+  timeout "${RACECHECK_TIMEOUT:-300}" compute-sanitizer --tool racecheck --print-limit 20 \
+    python3 -m mla_prefill.fuzz --n 4 --seed 12 --max-tokens 256 --max-q 128 --max-prefix 512 \
+    --output "$OUT/racecheck-batches.json" 2>&1 | tail -4
+} | tee "$OUT/sanitizer.log"
