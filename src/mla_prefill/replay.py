@@ -156,6 +156,16 @@ def cmd_run(args: argparse.Namespace) -> int:
                 flush=True,
             )
         os.environ["TRITON_INTERPRET"] = "1"
+        import numpy
+
+        if tuple(int(x) for x in numpy.__version__.split(".")[:2]) >= (2, 3):
+            print(
+                f"mla-prefill run: numpy {numpy.__version__} breaks Triton's interpreter "
+                "(int() of a size-1 array); install the CPU extra: pip install 'mla-prefill[cpu]' "
+                "(numpy<2.3)",
+                file=sys.stderr,
+            )
+            return 2
     return _run(args, on_gpu)
 
 
