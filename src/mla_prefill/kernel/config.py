@@ -6,9 +6,9 @@ configuration costs no host/device synchronisation and the call stays capturable
 
 from dataclasses import dataclass, replace
 
+from .validate import HEAD_DIM_CKV, NUM_QO_HEADS
+
 NUM_SMS_HOPPER = 132
-NUM_HEADS = 16
-HEAD_CKV = 512
 PARTIAL_BYTES_CAP = 256 << 20  # fp32 partial outputs of a split launch stay under this
 
 
@@ -32,7 +32,7 @@ class KernelConfig:
 
     @property
     def block_m(self) -> int:
-        return self.block_t * NUM_HEADS
+        return self.block_t * NUM_QO_HEADS
 
 
 def _round_up(x: int, m: int) -> int:
@@ -73,7 +73,7 @@ def choose_config(
     if num_tiles < num_sms and avg_kv >= 256:
         work = num_tiles * avg_kv
         kv_chunk = max(2 * block_n, _round_up(int(work // (2 * num_sms)) + 1, block_n))
-        max_splits = max(1, PARTIAL_BYTES_CAP // (total_q * NUM_HEADS * HEAD_CKV * 4))
+        max_splits = max(1, PARTIAL_BYTES_CAP // (total_q * NUM_QO_HEADS * HEAD_DIM_CKV * 4))
         num_splits = -(-num_kv_indices // kv_chunk)
         if num_splits > max_splits:
             kv_chunk = _round_up(-(-num_kv_indices // max_splits), block_n)
