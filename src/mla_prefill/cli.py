@@ -82,18 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     k.set_defaults(func=cmd_pack)
 
     from mla_prefill.bench import add_arguments as bench_arguments
-
-    bb = sub.add_parser("bench", help="time our run vs FlashInfer's kernel (GPU)")
-    bench_arguments(bb)
-    bb.set_defaults(func=cmd_bench)
-
+    from mla_prefill.export import add_arguments as export_arguments
+    from mla_prefill.export import cmd_export
     from mla_prefill.replay import add_arguments as run_arguments
     from mla_prefill.replay import cmd_run
-
-    r = sub.add_parser("run", help="replay workloads x solutions and write traces")
-    run_arguments(r)
-    r.set_defaults(func=cmd_run)
-
     from mla_prefill.report import (
         add_compare_arguments,
         add_report_arguments,
@@ -101,20 +93,31 @@ def build_parser() -> argparse.ArgumentParser:
         cmd_report,
     )
 
-    rp = sub.add_parser("report", help="tables and plots from the committed traces (no GPU needed)")
-    add_report_arguments(rp)
-    rp.set_defaults(func=cmd_report)
-
-    cp = sub.add_parser("compare", help="our traces beside leaderboard entries, per workload")
-    add_compare_arguments(cp)
-    cp.set_defaults(func=cmd_compare)
-
-    from mla_prefill.export import add_arguments as export_arguments
-    from mla_prefill.export import cmd_export
-
-    ex = sub.add_parser("export", help="a FlashInfer-Bench submission bundle (solution + traces)")
-    export_arguments(ex)
-    ex.set_defaults(func=cmd_export)
+    for name, help_text, add_arguments, func in (
+        ("bench", "time our run vs FlashInfer's kernel (GPU)", bench_arguments, cmd_bench),
+        ("run", "replay workloads x solutions and write traces", run_arguments, cmd_run),
+        (
+            "report",
+            "tables and plots from the committed traces (no GPU needed)",
+            add_report_arguments,
+            cmd_report,
+        ),
+        (
+            "compare",
+            "our traces beside leaderboard entries, per workload",
+            add_compare_arguments,
+            cmd_compare,
+        ),
+        (
+            "export",
+            "a FlashInfer-Bench submission bundle (solution + traces)",
+            export_arguments,
+            cmd_export,
+        ),
+    ):
+        sp = sub.add_parser(name, help=help_text)
+        add_arguments(sp)
+        sp.set_defaults(func=func)
     return p
 
 

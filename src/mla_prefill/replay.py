@@ -290,20 +290,11 @@ class _InterpreterRunner:
     def run(self, definition, workload, solutions, root: Path) -> Dict[str, dict]:
         import torch
 
-        from mla_prefill.bench import compare
+        from mla_prefill.bench import compare, make_inputs
         from mla_prefill.io import load_index_tensors, reference_fn
 
-        index = load_index_tensors(root, workload.model_dump(mode="json"))
-        axes = workload.axes
-        g = torch.Generator().manual_seed(0)
-        inputs = {
-            "q_nope": torch.randn(axes["total_q"], 16, 512, generator=g).to(torch.bfloat16),
-            "q_pe": torch.randn(axes["total_q"], 16, 64, generator=g).to(torch.bfloat16),
-            "ckv_cache": torch.randn(axes["num_pages"], 1, 512, generator=g).to(torch.bfloat16),
-            "kpe_cache": torch.randn(axes["num_pages"], 1, 64, generator=g).to(torch.bfloat16),
-            **index,
-            "sm_scale": float(workload.inputs["sm_scale"].value),
-        }
+        record = workload.model_dump(mode="json")
+        inputs = make_inputs(record, load_index_tensors(root, record), "cpu", seed=0)
         args = [inputs[k] for k in definition.inputs]
         t0 = time.perf_counter()
         ref_out, ref_lse = reference_fn(root)(*args)
