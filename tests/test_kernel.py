@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from mla_prefill.blobs import SMALL_CASES
 from mla_prefill.fuzz import ARGS, Batch, check_batch, make_batch_inputs, reference_fast
-from mla_prefill.kernel.config import KernelConfig, choose_config, with_split
+from mla_prefill.kernel.config import KernelConfig, choose_config
 from mla_prefill.kernel.main import mla_paged_prefill, run
 
 # tolerance of flashinfer-bench's evaluator; outputs are bf16 (8 bits of mantissa: 2 ulp ~ 1.6e-2 rel)
@@ -35,11 +35,9 @@ def assert_close(name, out, ref):
         )
 
 
-def run_case(lengths, device, reference, seed=0, config=None, duplicate_pages=False, kv_chunk=0):
+def run_case(lengths, device, reference, seed=0, config=None, duplicate_pages=False):
     batch = Batch(list(lengths), sum(k for _, k in lengths) + 23, seed, duplicate_pages)
     inputs = make_batch_inputs(batch, device)
-    if config is not None:
-        config = with_split(config, kv_chunk, inputs["kv_indices"].numel())
     args = [inputs[k] for k in ARGS]
     T = inputs["q_nope"].shape[0]
     out = torch.full((T, 16, 512), float("nan"), dtype=torch.bfloat16, device=device)
@@ -64,6 +62,8 @@ EDGE_CASES = {
     "no_keys_only": [(4, 0)],
     "tile_straddles_many": [(1, 2), (1, 1), (2, 5), (1, 3), (3, 3)],
     "prefix_not_multiple_of_block": [(6, 6 + 33)],
+    # the first-sequence guess (token * batch / total_q) misses both ways here
+    "guess_misses": [(0, 0), (12, 12), (1, 5), (1, 1), (1, 9), (0, 4), (9, 9)],
 }
 
 
@@ -73,34 +73,41 @@ def test_edge_cases(name, device, reference):
 
 
 # tile shapes pinned (the interpreter ignores warps/stages): 16-, 32- and 64-row tiles, with and
-# without a KV split, so the combine path and the multi-sequence tile loop both run
-def tiles(block_t, block_n):
-    return KernelConfig(block_t, block_n, kv_chunk=0, num_splits=1, num_warps=4, num_stages=2)
+# without a KV split (pieces down to one 16-position step), so the combine path, empty splits and
+# the multi-sequence tile loop all run
+def tiles(block_t, block_n, num_splits=1, min_chunk=16):
+    return KernelConfig(block_t, block_n, num_splits, min_chunk, num_warps=4, num_stages=2)
 
 
-PINNED = [
-    (tiles(1, 16), 0),
-    (tiles(1, 16), 16),
-    (tiles(2, 32), 0),
-    (tiles(4, 16), 32),
-    (tiles(4, 32), 64),
-]
+PINNED = [tiles(1, 16), tiles(1, 16, 2), tiles(2, 32), tiles(4, 16, 3), tiles(4, 32, 5, 32)]
 
 
 @pytest.mark.parametrize(
-    "config,kv_chunk",
-    PINNED,
-    ids=lambda v: str(v) if isinstance(v, int) else f"t{v.block_t}n{v.block_n}",
+    "config", PINNED, ids=lambda c: f"t{c.block_t}n{c.block_n}s{c.num_splits}c{c.min_chunk}"
 )
-def test_pinned_configs(config, kv_chunk, device, reference):
+def test_pinned_configs(config, device, reference):
     lengths = [(1, 40), (3, 3), (0, 5), (2, 0), (7, 30), (5, 21)]
-    run_case(lengths, device, reference, seed=3, config=config, kv_chunk=kv_chunk)
+    run_case(lengths, device, reference, seed=3, config=config)
 
 
-def test_split_config_must_cover_kv(device):
+def test_split_one_long_many_short(device, reference):
+    """Splits sized per sequence: a long range uses every split, short ones only the first."""
+    lengths = [(1, 200), (1, 3), (2, 17), (1, 1), (3, 90)]
+    run_case(lengths, device, reference, seed=4, config=tiles(1, 16, 6, 16))
+
+
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        (KernelConfig(1, 16, 2, 24), "min_chunk"),
+        (KernelConfig(1, 24), "block_n"),
+        (KernelConfig(3, 16), "block_t"),
+        (KernelConfig(1, 16, 0), "num_splits"),
+    ],
+)
+def test_bad_config_refused(bad, match, device):
     inputs = make_batch_inputs(Batch([(2, 40)], 60, 0), device)
-    bad = KernelConfig(1, 16, kv_chunk=16, num_splits=2, num_warps=4, num_stages=2)
-    with pytest.raises(ValueError, match="num_splits"):
+    with pytest.raises(ValueError, match=match):
         mla_paged_prefill(*[inputs[k] for k in ARGS], config=bad)
 
 
@@ -151,7 +158,8 @@ def test_dps_entry_point_signature(device, reference):
 def test_choose_config_from_shapes_only():
     assert choose_config(1, 1, 34).block_t == 1
     decode = choose_config(22, 22, 17759)  # decode-like: split the long KV ranges
-    assert decode.kv_chunk > 0 and decode.num_splits * decode.kv_chunk >= 17759
+    assert decode.split and 22 * decode.num_splits <= 3 * 132 and not decode.problems()
+    assert choose_config(22, 22, 17759, num_sms=1).num_splits == 1
     assert choose_config(16384, 1, 16387).num_splits == 1
     assert choose_config(16384, 1, 16387).block_m == 64
     with pytest.raises(ValueError, match="total_q"):
@@ -170,14 +178,14 @@ def test_choose_config_from_shapes_only():
         max_size=6,
     ),
     seed=st.integers(0, 2**16),
-    kv_chunk=st.sampled_from([0, 16, 32]),
+    num_splits=st.sampled_from([1, 2, 3]),
     block_t=st.sampled_from([1, 2, 4]),
 )
-def test_property_random_batches(lengths, seed, kv_chunk, block_t, device, reference):
+def test_property_random_batches(lengths, seed, num_splits, block_t, device, reference):
     """Any valid batch (empty sequences, kv_len 0, prefixes, tiles over several sequences)."""
     if sum(q for q, _ in lengths) == 0:
         lengths = lengths + [(1, 1)]
-    run_case(lengths, device, reference, seed=seed, config=tiles(block_t, 16), kv_chunk=kv_chunk)
+    run_case(lengths, device, reference, seed=seed, config=tiles(block_t, 16, num_splits))
 
 
 @pytest.mark.gpu

@@ -1,4 +1,5 @@
-"""Experiment (device): registers/spills/shared memory per config, and host-ahead vs graph-replay
+"""Experiment (device; kernel v1, whose KernelConfig was (block_t, block_n, num_splits, num_warps,
+num_stages): kept as the record of the run that produced h200-probe-regs.json): registers/spills/shared memory per config, and host-ahead vs graph-replay
 GPU time, for the current kernel and a 'flat' variant without the in-kernel sequence search/loop.
 
 python benchmarks/experiments/probe_regs.py  (needs CUDA; writes JSON to $OUT/probe.json)

@@ -3,8 +3,9 @@
 Same inputs, one process, cold L2 (a 256 MB scrub is written before every timed call), CUDA
 events, median. Two latencies per contender:
 
-- ``gpu_ms``: events around the call, queued behind the scrub so the host runs ahead (the GPU-side
-  latency a serving loop sees; host overhead hidden);
+- ``gpu_ms``: events around the call, queued behind the scrub; a spin kernel holds the stream
+  until the host has enqueued every timed call, so no call waits for the host (checked:
+  ``host_ahead`` in each row) -- the GPU-side latency a serving loop sees, host overhead hidden;
 - ``wall_ms``: host clock with a device sync before and after (host overhead exposed).
 
 FlashInfer's ``plan`` runs outside the timed region, as a server plans once per batch for all
@@ -22,7 +23,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -91,11 +92,8 @@ def refill_(inputs: dict, seed: int) -> None:
 
 
 def ours(inputs: dict, out: torch.Tensor, lse: torch.Tensor, config=None) -> Callable[[], None]:
-    from mla_prefill.kernel.config import with_split
     from mla_prefill.kernel.main import mla_paged_prefill
 
-    if config is not None:
-        config = with_split(config, config.kv_chunk, inputs["kv_indices"].numel())
     args = [inputs[k] for k in INPUTS]
 
     def call():
@@ -127,16 +125,38 @@ def flashinfer_planned(inputs: dict, out: torch.Tensor, lse: torch.Tensor) -> Ca
     return call
 
 
-def time_gpu(fn: Callable[[], None], scrub: torch.Tensor, iters: int) -> float:
+SPIN_CYCLES_PER_MS = 2_000_000  # ~2 GHz SM clock; the spin length only needs to be about right
+
+
+def time_gpu(fn: Callable[[], None], scrub: torch.Tensor, iters: int) -> Tuple[float, bool]:
+    """Median GPU-side ms of ``fn`` (events around each call, behind a cold-L2 scrub).
+
+    A spin kernel first holds the stream while the host enqueues every (scrub, event, call, event).
+    If the spin is still running when the host is done, no call waited for the host: the events
+    time the GPU alone. Otherwise the spin is lengthened and the measurement repeated. Returns
+    ``(median_ms, host_ahead)``; ``host_ahead`` False means the number includes host time.
+    """
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for i in range(iters):
-        scrub.zero_()
-        starts[i].record()
-        fn()
-        ends[i].record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+    spin_ms, ahead = 1.0 + 0.1 * iters, False
+    for _ in range(4):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        torch.cuda._sleep(int(spin_ms * SPIN_CYCLES_PER_MS))
+        spun = torch.cuda.Event()
+        spun.record()
+        for i in range(iters):
+            scrub.zero_()
+            starts[i].record()
+            fn()
+            ends[i].record()
+        host_ms = (time.perf_counter() - t0) * 1e3
+        ahead = not spun.query()
+        torch.cuda.synchronize()
+        if ahead:
+            break
+        spin_ms = min(max(4 * spin_ms, 2 * host_ms), 500.0)
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)), ahead
 
 
 def time_wall(fn: Callable[[], None], scrub: torch.Tensor, iters: int) -> float:
@@ -198,9 +218,9 @@ def bench_workload(wl, root, dataset, contenders, iters_cap, seed, configs=None)
                 )
                 fn()  # warm-up: compile / JIT / module load stay out of the timings
                 torch.cuda.synchronize()
-                est = time_gpu(fn, scrub, 3)
+                est, _ = time_gpu(fn, scrub, 3)
                 iters = int(max(5, min(iters_cap, 300.0 / max(est, 1e-3))))
-                gpu_ms = time_gpu(fn, scrub, iters)
+                gpu_ms, host_ahead = time_gpu(fn, scrub, iters)
                 wall_ms = time_wall(fn, scrub, max(5, iters // 2))
             except Exception as e:  # a contender that fails is reported, not fatal
                 row[vname] = {"error": f"{type(e).__name__}: {e}"[:500]}
@@ -210,6 +230,7 @@ def bench_workload(wl, root, dataset, contenders, iters_cap, seed, configs=None)
                 "wall_ms": round(wall_ms, 5),
                 "tflops": round(gflop / gpu_ms, 1) if gpu_ms > 0 else None,
                 "iters": iters,
+                "host_ahead": host_ahead,
             }
             if hasattr(fn, "backend"):
                 row[vname]["backend"] = fn.backend
@@ -258,9 +279,8 @@ def summarize(rows: List[dict]) -> dict:
 
 
 def parse_configs(text: Optional[str]):
-    """``"4,64,0,8,2;1,64,128,4,2"`` -> KernelConfigs (block_t, block_n, kv_chunk, warps, stages).
-
-    The split count follows from kv_chunk at call time (``with_split``)."""
+    """``"4,64,1,8,2;1,32,12,4,2,128"`` -> KernelConfigs
+    (block_t, block_n, num_splits, warps, stages[, min_chunk])."""
     if not text:
         return []
     from mla_prefill.kernel.config import KernelConfig
@@ -268,8 +288,13 @@ def parse_configs(text: Optional[str]):
     configs = []
     for part in text.split(";"):
         if part:
-            bt, bn, chunk, warps, stages = (int(x) for x in part.split(","))
-            configs.append(KernelConfig(bt, bn, chunk, 1, warps, stages))
+            v = [int(x) for x in part.split(",")]
+            if len(v) not in (5, 6):
+                raise ValueError(f"--configs: {part!r}: expected bt,bn,splits,warps,stages[,min_chunk]")
+            cfg = KernelConfig(v[0], v[1], v[2], v[5] if len(v) == 6 else 128, v[3], v[4])
+            if cfg.problems():
+                raise ValueError(f"--configs: {part!r}: " + "; ".join(cfg.problems()))
+            configs.append(cfg)
     return configs
 
 

@@ -42,11 +42,12 @@ def make_batch_inputs(batch: Batch, device: str) -> dict:
         pages = rng.sample(range(batch.num_pages), n)
     if n:
         pages[rng.randrange(n)] = batch.num_pages - 1
-    g = torch.Generator(device="cpu").manual_seed(batch.seed)
+    # drawn on the device itself: a 600K-page cache takes seconds to draw on the host
+    g = torch.Generator(device=device).manual_seed(batch.seed)
     T = qo[-1]
 
     def randn(*shape):
-        return torch.randn(*shape, generator=g).to(torch.bfloat16).to(device)
+        return torch.randn(*shape, generator=g, device=device).to(torch.bfloat16)
 
     return {
         "q_nope": randn(T, 16, 512),
@@ -146,10 +147,41 @@ def check_batch(batch: Batch, device: str, fn=None, atol=1e-2, rtol=1e-2) -> dic
         "total_q": T,
         "batch_size": len(batch.lengths),
         "num_kv_indices": int(inputs["kv_indices"].numel()),
+        "max_q_len": max((q for q, _ in batch.lengths), default=0),
+        "max_kv_len": max((k for _, k in batch.lengths), default=0),
+        "empty_seqs": sum(1 for q, k in batch.lengths if q == 0 or k == 0),
+        "duplicate_pages": batch.duplicate_pages,
+        "num_splits": _num_splits(batch, device),
         "bad_output": int(bad_o.sum()),
         "bad_lse": int(bad_l.sum()),
         "max_abs_err": float((o - r).abs().nan_to_num(float("inf")).max()) if T else 0.0,
         "ok": bool(not bad_o.any() and not bad_l.any()),
+    }
+
+
+def _num_splits(batch: Batch, device: str) -> int:
+    """The KV split count our launcher picks for this batch (which path the batch exercised)."""
+    from mla_prefill.kernel.config import NUM_SMS_HOPPER, choose_config
+
+    T = sum(q for q, _ in batch.lengths)
+    if T == 0:
+        return 0
+    sms = torch.cuda.get_device_properties(0).multi_processor_count if device == "cuda" else NUM_SMS_HOPPER
+    n_kv = sum(k for _, k in batch.lengths)
+    return choose_config(T, len(batch.lengths), n_kv, num_sms=sms).num_splits
+
+
+def coverage(results: List[dict]) -> dict:
+    """How many batches hit each corner case the sweep is meant to cover."""
+    return {
+        "empty_sequences": sum(r["empty_seqs"] > 0 for r in results),
+        "decode_q1_prefix_ge_16k": sum(r["max_q_len"] == 1 and r["max_kv_len"] >= 16384 for r in results),
+        "prefix_ge_32k_minus_64": sum(r["max_kv_len"] >= 32768 - 64 for r in results),
+        "batch_ge_200_seqs": sum(r["batch_size"] >= 200 for r in results),
+        "duplicate_pages": sum(bool(r["duplicate_pages"]) for r in results),
+        "kv_split_path": sum(r["num_splits"] > 1 for r in results),
+        "total_q_ge_8k": sum(r["total_q"] >= 8192 for r in results),
+        "last_page_used": len(results),  # every batch maps some position to page num_pages - 1
     }
 
 
@@ -173,6 +205,7 @@ def sweep(n: int, seed: int, device: str, max_tokens: int, max_q: int, max_prefi
         "limits": {"max_tokens": max_tokens, "max_q": max_q, "max_prefix": max_prefix},
         "max_total_q": max(r["total_q"] for r in results),
         "max_batch_size": max(r["batch_size"] for r in results),
+        "coverage": coverage(results),
         "results": results,
     }
 

@@ -19,9 +19,10 @@ Design (FlashAttention-2 style online softmax, Dao 2023, in base 2 as in Triton'
 - Causal masking is split into two ranges: KV blocks every row of the tile may see run without
   a mask; only the diagonal band pays for ``tl.where``; blocks past it are never visited.
 - Program 0 takes the last tile (the longest causal range) so long work starts first.
-- Decode-like batches (few query tiles, long KV) split every KV range into fixed ``KV_CHUNK``
-  pieces, one program each, so the longest sequence gets the most programs; ``_combine_kernel``
-  merges the normalised partial outputs by their base-2 lse.
+- Decode-like batches (few query tiles, long KV) cut every tile's KV range into ``num_splits``
+  equal pieces of at least ``MIN_CHUNK`` positions, one program each (no program is spent on a
+  range past a sequence's end unless the sequence is short); ``_combine_kernel`` merges the
+  normalised partial outputs by their base-2 lse.
 """
 
 import os
@@ -175,13 +176,14 @@ def _mla_prefill_kernel(
     HEAD_KPE: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    KV_CHUNK: tl.constexpr,  # 0: one program per tile; else program_id(1) takes KV_CHUNK positions
+    MIN_CHUNK: tl.constexpr,  # 0: one program per tile; else split KV over program_id(1), see below
     INTERPRET: tl.constexpr,
 ):
     BLOCK_M: tl.constexpr = BLOCK_T * NUM_HEADS
     num_tiles = tl.cdiv(total_q, BLOCK_T)
     tile = num_tiles - 1 - tl.program_id(0)  # longest causal range first
     split = tl.program_id(1)
+    num_splits = tl.num_programs(1)
     tok0 = tile * BLOCK_T
     tok_end = tl.minimum(tok0 + BLOCK_T, total_q)
 
@@ -192,15 +194,22 @@ def _mla_prefill_kernel(
     row_ok = row_tok < total_q
     row_tok64 = row_tok.to(tl.int64)
 
-    if KV_CHUNK == 0:
-        q_n, q_p = _load_q(
-            q_nope_ptr, q_pe_ptr, row_tok64, row_head, row_ok,
-            stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, HEAD_CKV, HEAD_KPE, INTERPRET,
-        )  # fmt: skip
+    # Q does not depend on the sequence: its load is issued first, beside the index loads
+    q_n, q_p = _load_q(
+        q_nope_ptr, q_pe_ptr, row_tok64, row_head, row_ok,
+        stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, HEAD_CKV, HEAD_KPE, INTERPRET,
+    )  # fmt: skip
 
     # First sequence of this tile: the largest b in [0, batch) with qo_indptr[b] <= tok0.
-    b_lo = tok0 * 0
-    b_hi = b_lo + batch - 1
+    # Guess it by proportion (exact for batches of equal q_len: decode, single sequence) and read
+    # the guess's indptr entries together; a miss narrows the binary search to one side.
+    guess = tl.maximum(tl.minimum((tok0.to(tl.int64) * batch // total_q).to(tl.int32), batch - 1), 0)
+    g_q0 = tl.load(qo_indptr_ptr + guess)
+    g_q1 = tl.load(qo_indptr_ptr + guess + 1)
+    g_k0 = tl.load(kv_indptr_ptr + guess)
+    g_k1 = tl.load(kv_indptr_ptr + guess + 1)
+    b_lo = tl.where(g_q0 <= tok0, guess, 0)
+    b_hi = tl.where(g_q0 <= tok0, tl.where(g_q1 > tok0, guess, batch - 1), guess - 1)
     while b_lo < b_hi:
         mid = (b_lo + b_hi + 1) // 2
         if tl.load(qo_indptr_ptr + mid) <= tok0:
@@ -209,11 +218,19 @@ def _mla_prefill_kernel(
             b_hi = mid - 1
 
     b = b_lo
-    q_start = tl.load(qo_indptr_ptr + b)
+    if b == guess:
+        q_start = g_q0
+    else:
+        q_start = tl.load(qo_indptr_ptr + b)
     while (q_start < tok_end) & (b < batch):
-        q_end = tl.load(qo_indptr_ptr + b + 1)
-        kv_start = tl.load(kv_indptr_ptr + b)
-        kv_len = tl.load(kv_indptr_ptr + b + 1) - kv_start
+        if b == guess:
+            q_end = g_q1
+            kv_start = g_k0
+            kv_len = g_k1 - g_k0
+        else:
+            q_end = tl.load(qo_indptr_ptr + b + 1)
+            kv_start = tl.load(kv_indptr_ptr + b)
+            kv_len = tl.load(kv_indptr_ptr + b + 1) - kv_start
         prefix = kv_len - (q_end - q_start)
         in_seq = (row_tok >= q_start) & (row_tok < q_end)
         # last KV position each row may see; -1 hides every key from rows of other sequences
@@ -222,25 +239,22 @@ def _mla_prefill_kernel(
         i_last = tl.minimum(tok_end, q_end) - 1 - q_start
         kv_hi = tl.maximum(tl.minimum(kv_len, prefix + i_last + 1), 0)
         kv_unmasked = tl.minimum(tl.maximum(prefix + i_first + 1, 0), kv_hi)
-        if KV_CHUNK > 0:
-            lo = tl.minimum(split * KV_CHUNK, kv_hi)
-            hi = tl.minimum(lo + KV_CHUNK, kv_hi)
+        if MIN_CHUNK > 0:
+            # this (tile, sequence)'s KV range [0, kv_hi) in num_splits equal BLOCK_N-aligned
+            # pieces of at least MIN_CHUNK: short ranges use the first few splits, the rest are
+            # empty, so the splits that see a key form a prefix (the combine relies on it)
+            chunk = tl.maximum(tl.cdiv(tl.cdiv(kv_hi, num_splits), BLOCK_N) * BLOCK_N, MIN_CHUNK)
+            lo = tl.minimum(split * chunk, kv_hi)
+            hi = tl.minimum(lo + chunk, kv_hi)
         else:
             lo = kv_hi * 0
             hi = kv_hi
-        mid_n = lo + tl.maximum(tl.minimum(kv_unmasked, hi) - lo, 0) // BLOCK_N * BLOCK_N
-        if KV_CHUNK > 0:
-            # most split programs of a short sequence have no key: their Q load is masked off
-            if (
-                INTERPRET
-            ):  # Triton 3.9's interpreter refuses a scalar term in a mask: make it per row
-                q_mask = row_ok & (row_tok * 0 + lo < hi)
-            else:
-                q_mask = row_ok & (lo < hi)
-            q_n, q_p = _load_q(
-                q_nope_ptr, q_pe_ptr, row_tok64, row_head, q_mask,
-                stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, HEAD_CKV, HEAD_KPE, INTERPRET,
-            )  # fmt: skip
+        if BLOCK_T == 1:
+            # one token: its causal bound is hi itself, so the bounds mask is the whole mask, and
+            # one loop (pipelined across all its steps) beats an unmasked loop plus a masked one
+            mid_n = lo
+        else:
+            mid_n = lo + tl.maximum(tl.minimum(kv_unmasked, hi) - lo, 0) // BLOCK_N * BLOCK_N
 
         acc = tl.zeros([BLOCK_M, HEAD_CKV], dtype=tl.float32)
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
@@ -268,7 +282,7 @@ def _mla_prefill_kernel(
             + row_head[:, None] * stride_o_h
             + offs_ckv[None, :]
         )
-        if KV_CHUNK > 0:
+        if MIN_CHUNK > 0:
             # a split that saw no key writes only lse = -inf; the combine never reads its output
             tl.store(o_ptrs, o.to(out_ptr.dtype.element_ty), mask=(in_seq & seen)[:, None])
         else:
@@ -298,43 +312,36 @@ def _combine_kernel(
     HEAD_CKV: tl.constexpr,
     ROWS: tl.constexpr,
     BLOCK_D: tl.constexpr,
-    BLOCK_S: tl.constexpr,
+    BLOCK_S: tl.constexpr,  # >= num_splits: every split is read in one load
 ):
     """Merge the normalised partial outputs of each (token, head) row by their base-2 lse.
 
-    Program (row block, D block). Pass 1 reads every split's lse, BLOCK_S at a time, for the max
-    and the number of splits that saw a key: these form a prefix, since split s covers KV
-    positions [s * KV_CHUNK, (s + 1) * KV_CHUNK). Pass 2 reads outputs of those splits only.
+    Program (row block, D block): one load of all splits' lse, then one load of the outputs of
+    the splits that saw a key (two dependent memory round trips in all, whatever the split count).
     """
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_ok = rows < n_rows
     rows64 = rows.to(tl.int64)
     offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     offs_s = tl.arange(0, BLOCK_S)
-    m = tl.full([ROWS], float("-inf"), dtype=tl.float32)
-    n_valid = tl.zeros([ROWS], dtype=tl.int32)
-    for s0 in range(0, num_splits, BLOCK_S):
-        ss = s0 + offs_s
-        part = tl.load(
-            part_lse_ptr + ss[:, None] * stride_pl_s + rows64[None, :],
-            mask=(ss < num_splits)[:, None] & row_ok[None, :],
-            other=float("-inf"),
-        )
-        m = tl.maximum(m, tl.max(part, 0))
-        n_valid = tl.maximum(n_valid, tl.max(tl.where(part > float("-inf"), ss[:, None] + 1, 0), 0))
+    part = tl.load(
+        part_lse_ptr + offs_s[:, None] * stride_pl_s + rows64[None, :],
+        mask=(offs_s < num_splits)[:, None] & row_ok[None, :],
+        other=float("-inf"),
+    )  # [BLOCK_S, ROWS]
+    m = tl.max(part, 0)
     m_use = tl.where(m == float("-inf"), 0.0, m)
-    den = tl.zeros([ROWS], dtype=tl.float32)
-    acc = tl.zeros([ROWS, BLOCK_D], dtype=tl.float32)
-    for s in range(0, tl.max(n_valid, 0)):
-        part = tl.load(part_lse_ptr + s * stride_pl_s + rows64, mask=row_ok, other=float("-inf"))
-        w = tl.math.exp2(part - m_use)
-        o_s = tl.load(
-            part_o_ptr + s * stride_po_s + rows64[:, None] * HEAD_CKV + offs_d[None, :],
-            mask=(row_ok & (part > float("-inf")))[:, None],
-            other=0.0,
-        )
-        den += w
-        acc += w[:, None] * o_s
+    w = tl.math.exp2(part - m_use[None, :])  # 0 for splits that saw no key
+    den = tl.sum(w, 0)
+    o_s = tl.load(
+        part_o_ptr
+        + offs_s[:, None, None] * stride_po_s
+        + rows64[None, :, None] * HEAD_CKV
+        + offs_d[None, None, :],
+        mask=(part > float("-inf"))[:, :, None],
+        other=0.0,
+    )  # [BLOCK_S, ROWS, BLOCK_D]; the outputs of empty splits are never read
+    acc = tl.sum(w[:, :, None] * o_s, 0)
     seen = den > 0.0
     den_div = tl.where(seen, den, 1.0)
     o = acc / den_div[:, None]

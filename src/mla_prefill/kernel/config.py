@@ -4,12 +4,16 @@ Everything here is derived from tensor *shapes*, never from tensor values, so ch
 configuration costs no host/device synchronisation and the call stays capturable in a CUDA graph.
 """
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from .validate import HEAD_DIM_CKV, NUM_QO_HEADS
 
 NUM_SMS_HOPPER = 132
 PARTIAL_BYTES_CAP = 256 << 20  # fp32 partial outputs of a split launch stay under this
+MAX_SPLITS = 64  # the combine reads every split of a row in one load
+
+
+DEFAULT_MIN_CHUNK = 128  # KV positions: below this a split costs more (partial write) than it saves
 
 
 @dataclass(frozen=True)
@@ -18,25 +22,40 @@ class KernelConfig:
 
     block_t:    query tokens per program; the tile has ``block_t * 16`` rows (heads packed into rows).
     block_n:    KV positions per inner-loop step.
-    kv_chunk:   0, or the KV positions each split program takes (a multiple of ``block_n``).
-    num_splits: programs per query tile along the KV axis (1 when ``kv_chunk == 0``).
+    num_splits: programs per query tile along the KV axis; 1 = no split. Each (tile, sequence) KV
+                range is cut into ``num_splits`` equal ``block_n``-aligned pieces of at least
+                ``min_chunk`` positions (shorter ranges leave the last splits empty).
+    min_chunk:  a multiple of ``block_n``; only used when ``num_splits > 1``.
     num_warps, num_stages: Triton launch knobs.
     """
 
     block_t: int
     block_n: int
-    kv_chunk: int
-    num_splits: int
-    num_warps: int
-    num_stages: int
+    num_splits: int = 1
+    min_chunk: int = DEFAULT_MIN_CHUNK
+    num_warps: int = 4
+    num_stages: int = 2
 
     @property
     def block_m(self) -> int:
         return self.block_t * NUM_QO_HEADS
 
+    @property
+    def split(self) -> bool:
+        return self.num_splits > 1
 
-def _round_up(x: int, m: int) -> int:
-    return -(-x // m) * m
+    def problems(self) -> list:
+        """What is wrong with this config (empty when it can launch)."""
+        out = []
+        if self.block_t not in (1, 2, 4, 8):
+            out.append(f"block_t {self.block_t} must be 1, 2, 4 or 8")
+        if self.block_n < 16 or self.block_n & (self.block_n - 1):
+            out.append(f"block_n {self.block_n} must be a power of two >= 16")
+        if not 1 <= self.num_splits <= MAX_SPLITS:
+            out.append(f"num_splits {self.num_splits} must be in [1, {MAX_SPLITS}]")
+        if self.split and (self.min_chunk < self.block_n or self.min_chunk % self.block_n):
+            out.append(f"min_chunk {self.min_chunk} must be a positive multiple of block_n {self.block_n}")
+        return out
 
 
 def choose_config(
@@ -53,10 +72,10 @@ def choose_config(
       neighbour sequence's query, and short dependent-load chains (measured on H200: NOTES.md).
     - Otherwise 4 tokens (64 rows): the widest tile whose fp32 ``[64, 512]`` accumulator fits the
       register file of two warpgroups.
-    - When the query tiles leave SMs idle and sequences average >= 256 KV positions, every KV
-      range is cut into ``kv_chunk`` pieces sized for about two waves of programs. The split
-      count is bounded by ``num_kv_indices`` (no sequence is longer), and the chunk grows until
-      the fp32 partial outputs fit ``PARTIAL_BYTES_CAP``.
+    - When the query tiles leave SMs idle and sequences average >= 256 KV positions, every tile's
+      KV range is split over about two waves of programs (``num_splits`` per tile), no piece
+      shorter than ``DEFAULT_MIN_CHUNK``; the split count is bounded so the fp32 partial outputs
+      stay under ``PARTIAL_BYTES_CAP``.
     """
     if total_q <= 0:
         raise ValueError(f"choose_config: total_q must be > 0, got {total_q}")
@@ -69,23 +88,11 @@ def choose_config(
         block_n = 16  # the interpreter ignores warps/stages; small steps exercise the loop bounds
     num_tiles = -(-total_q // block_t)
     avg_kv = num_kv_indices / batch
-    kv_chunk, num_splits = 0, 1
+    num_splits = 1
     if num_tiles < num_sms and avg_kv >= 256:
-        work = num_tiles * avg_kv
-        kv_chunk = max(2 * block_n, _round_up(int(work // (2 * num_sms)) + 1, block_n))
+        num_splits = -(-2 * num_sms // num_tiles)
+        num_splits = min(num_splits, -(-num_kv_indices // DEFAULT_MIN_CHUNK))
         max_splits = max(1, PARTIAL_BYTES_CAP // (total_q * NUM_QO_HEADS * HEAD_DIM_CKV * 4))
-        num_splits = -(-num_kv_indices // kv_chunk)
-        if num_splits > max_splits:
-            kv_chunk = _round_up(-(-num_kv_indices // max_splits), block_n)
-            num_splits = -(-num_kv_indices // kv_chunk)
-        if num_splits <= 1:
-            kv_chunk, num_splits = 0, 1
-    cfg = KernelConfig(block_t, block_n, kv_chunk, num_splits, num_warps, num_stages)
-    return cfg
-
-
-def with_split(cfg: KernelConfig, kv_chunk: int, num_kv_indices: int) -> KernelConfig:
-    """``cfg`` with a forced KV split of ``kv_chunk`` positions (tests and experiments)."""
-    if kv_chunk <= 0:
-        return replace(cfg, kv_chunk=0, num_splits=1)
-    return replace(cfg, kv_chunk=kv_chunk, num_splits=max(1, -(-num_kv_indices // kv_chunk)))
+        num_splits = max(1, min(num_splits, max_splits, MAX_SPLITS))
+    min_chunk = max(DEFAULT_MIN_CHUNK // block_n, 1) * block_n
+    return KernelConfig(block_t, block_n, num_splits, min_chunk, num_warps, num_stages)

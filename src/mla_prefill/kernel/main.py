@@ -92,12 +92,10 @@ def mla_paged_prefill(
         num_sms = NUM_SMS_HOPPER if interpret else _num_sms(q_nope.device.index or 0)
         config = choose_config(total_q, batch, num_kv, num_sms=num_sms, interpret=interpret)
 
-    split = config.kv_chunk > 0
-    if split and (config.kv_chunk % config.block_n or config.num_splits * config.kv_chunk < num_kv):
-        raise ValueError(
-            f"config: kv_chunk {config.kv_chunk} must be a multiple of block_n {config.block_n} and "
-            f"num_splits * kv_chunk must cover num_kv_indices = {num_kv}; use config.with_split"
-        )
+    bad = config.problems()
+    if bad:
+        raise ValueError("config: " + "; ".join(bad))
+    split = config.split
     if split:
         part_o = torch.empty(
             (config.num_splits, total_q, NUM_QO_HEADS, HEAD_DIM_CKV),
@@ -123,19 +121,22 @@ def mla_paged_prefill(
         stride_l_s, dst_lse.stride(-2), dst_lse.stride(-1),
         total_q, batch, scale * LOG2E,
         NUM_HEADS=NUM_QO_HEADS, HEAD_CKV=HEAD_DIM_CKV, HEAD_KPE=HEAD_DIM_KPE,
-        BLOCK_T=config.block_t, BLOCK_N=config.block_n, KV_CHUNK=config.kv_chunk,
+        BLOCK_T=config.block_t, BLOCK_N=config.block_n,
+        MIN_CHUNK=config.min_chunk if split else 0,
         INTERPRET=interpret,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     if split:
-        rows, block_d = 16, 128
+        # all splits in one load: BLOCK_S * ROWS * BLOCK_D = 8192 fp32 per program (4 warps)
+        block_s, block_d = triton.next_power_of_2(config.num_splits), 128
+        rows = max(1, 64 // block_s)
         n_rows = total_q * NUM_QO_HEADS
         _combine_kernel[(triton.cdiv(n_rows, rows), HEAD_DIM_CKV // block_d)](
             part_o, part_lse, output, lse, n_rows, config.num_splits,
             part_o.stride(0), part_lse.stride(0),
             output.stride(0), output.stride(1), lse.stride(0), lse.stride(1),
-            NUM_HEADS=NUM_QO_HEADS, HEAD_CKV=HEAD_DIM_CKV, ROWS=rows, BLOCK_D=block_d, BLOCK_S=32,
-            num_warps=4,
+            NUM_HEADS=NUM_QO_HEADS, HEAD_CKV=HEAD_DIM_CKV, ROWS=rows, BLOCK_D=block_d,
+            BLOCK_S=block_s, num_warps=4,
         )  # fmt: skip
     return output, lse
 
