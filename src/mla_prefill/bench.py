@@ -290,7 +290,9 @@ def parse_configs(text: Optional[str]):
         if part:
             v = [int(x) for x in part.split(",")]
             if len(v) not in (5, 6):
-                raise ValueError(f"--configs: {part!r}: expected bt,bn,splits,warps,stages[,min_chunk]")
+                raise ValueError(
+                    f"--configs: {part!r}: expected bt,bn,splits,warps,stages[,min_chunk]"
+                )
             cfg = KernelConfig(v[0], v[1], v[2], v[5] if len(v) == 6 else 128, v[3], v[4])
             if cfg.problems():
                 raise ValueError(f"--configs: {part!r}: " + "; ".join(cfg.problems()))

@@ -166,7 +166,11 @@ def _num_splits(batch: Batch, device: str) -> int:
     T = sum(q for q, _ in batch.lengths)
     if T == 0:
         return 0
-    sms = torch.cuda.get_device_properties(0).multi_processor_count if device == "cuda" else NUM_SMS_HOPPER
+    sms = (
+        torch.cuda.get_device_properties(0).multi_processor_count
+        if device == "cuda"
+        else NUM_SMS_HOPPER
+    )
     n_kv = sum(k for _, k in batch.lengths)
     return choose_config(T, len(batch.lengths), n_kv, num_sms=sms).num_splits
 
@@ -175,7 +179,9 @@ def coverage(results: List[dict]) -> dict:
     """How many batches hit each corner case the sweep is meant to cover."""
     return {
         "empty_sequences": sum(r["empty_seqs"] > 0 for r in results),
-        "decode_q1_prefix_ge_16k": sum(r["max_q_len"] == 1 and r["max_kv_len"] >= 16384 for r in results),
+        "decode_q1_prefix_ge_16k": sum(
+            r["max_q_len"] == 1 and r["max_kv_len"] >= 16384 for r in results
+        ),
         "prefix_ge_32k_minus_64": sum(r["max_kv_len"] >= 32768 - 64 for r in results),
         "batch_ge_200_seqs": sum(r["batch_size"] >= 200 for r in results),
         "duplicate_pages": sum(bool(r["duplicate_pages"]) for r in results),

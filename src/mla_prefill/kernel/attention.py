@@ -203,7 +203,9 @@ def _mla_prefill_kernel(
     # First sequence of this tile: the largest b in [0, batch) with qo_indptr[b] <= tok0.
     # Guess it by proportion (exact for batches of equal q_len: decode, single sequence) and read
     # the guess's indptr entries together; a miss narrows the binary search to one side.
-    guess = tl.maximum(tl.minimum((tok0.to(tl.int64) * batch // total_q).to(tl.int32), batch - 1), 0)
+    guess = tl.maximum(
+        tl.minimum((tok0.to(tl.int64) * batch // total_q).to(tl.int32), batch - 1), 0
+    )
     g_q0 = tl.load(qo_indptr_ptr + guess)
     g_q1 = tl.load(qo_indptr_ptr + guess + 1)
     g_k0 = tl.load(kv_indptr_ptr + guess)

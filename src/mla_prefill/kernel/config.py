@@ -54,7 +54,9 @@ class KernelConfig:
         if not 1 <= self.num_splits <= MAX_SPLITS:
             out.append(f"num_splits {self.num_splits} must be in [1, {MAX_SPLITS}]")
         if self.split and (self.min_chunk < self.block_n or self.min_chunk % self.block_n):
-            out.append(f"min_chunk {self.min_chunk} must be a positive multiple of block_n {self.block_n}")
+            out.append(
+                f"min_chunk {self.min_chunk} must be a positive multiple of block_n {self.block_n}"
+            )
         return out
 
 
