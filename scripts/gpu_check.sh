@@ -4,7 +4,7 @@
 #   tests          pytest on the GPU (no interpreter): small workloads + random batches vs reference
 #   bench [ARGS]   mla-prefill bench ... --output $OUT/h200.json (ours vs FlashInfer, cold L2)
 #   run [ARGS]     mla-prefill run ... (flashinfer-bench's evaluator; traces under traces/)
-#   py FILE ARGS   any python script (experiments)
+#   py FILE ARGS   any python script (experiments); PY_TIMEOUT (s) bounds it
 # Carry: .whl (scripts/prepare_wheels.sh) and, if present, .fi_aot (a prebuilt FlashInfer module).
 # Exits non-zero on the first failing step.
 set -uo pipefail
@@ -35,7 +35,7 @@ while [ $i -lt ${#steps[@]} ]; do
     bench) python3 -m mla_prefill.bench --output "$OUT/h200.json" "${args[@]}" ;;
     run)   timeout "${RUN_TIMEOUT:-480}" python3 -m mla_prefill.cli run "${args[@]}"; rc_run=$?
            mkdir -p "$OUT/traces" && cp traces/mla_paged/*/*.jsonl "$OUT/traces/"; (exit $rc_run) ;;
-    py)    python3 "${args[@]}" ;;
+    py)    timeout "${PY_TIMEOUT:-3000}" python3 "${args[@]}" ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
   rc=$?

@@ -197,3 +197,25 @@ def test_gpu_random_sweep(device):
     for i in range(20):
         res = check_batch(random_batch(rng, 1000 + i, 4096, 2048, 4096), device)
         assert res["ok"], res
+
+
+def test_fuzz_resume_continues_the_same_batches(tmp_path, device):
+    """An interrupted sweep resumes where it stopped and draws the same batches as one full run."""
+    import json
+
+    from mla_prefill import fuzz
+
+    small = ["--max-tokens", "12", "--max-q", "6", "--max-prefix", "10", "--seed", "3"]
+    full, part = tmp_path / "full.json", tmp_path / "part.json"
+    assert fuzz.main(["--n", "4", *small, "--output", str(full)]) == 0
+    doc = json.loads(full.read_text())
+    doc["results"] = doc["results"][:2]
+    part.write_text(json.dumps(doc))
+    assert fuzz.main(["--n", "4", *small, "--output", str(part), "--resume"]) == 0
+    resumed = json.loads(part.read_text())
+    assert resumed["complete"] and resumed["batches"] == 4 and len(resumed["commands"]) == 2
+    assert [r["seed"] for r in resumed["results"]] == [r["seed"] for r in doc["results"]] + [
+        r["seed"] for r in json.loads(full.read_text())["results"][2:]
+    ]
+    with pytest.raises(SystemExit):  # other limits than the recorded run: refused
+        fuzz.main(["--n", "4", *small[:-1], "4", "--output", str(part), "--resume"])

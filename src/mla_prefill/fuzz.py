@@ -6,14 +6,16 @@ batches of thousands of tokens can be checked; the CPU tests pin it to the defin
 """
 
 import argparse
+import hashlib
 import json
 import math
+import os
 import random
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import torch
 
@@ -191,29 +193,73 @@ def coverage(results: List[dict]) -> dict:
     }
 
 
-def sweep(n: int, seed: int, device: str, max_tokens: int, max_q: int, max_prefix: int) -> dict:
+def kernel_sha256() -> str:
+    """Hash of the packed kernel sources: ties a sweep's results to the code that produced them."""
+    h = hashlib.sha256()
+    for f in sorted((Path(__file__).parent / "kernel").glob("*.py")):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
+def summarize(results: List[dict], n: int, seed: int, limits: dict, seconds: float) -> dict:
+    return {
+        "batches": len(results),
+        "requested": n,
+        "complete": len(results) == n,
+        "failures": sum(not r["ok"] for r in results),
+        "seed": seed,
+        "seconds": round(seconds, 1),
+        "limits": limits,
+        "kernel_sha256": kernel_sha256(),
+        "max_total_q": max((r["total_q"] for r in results), default=0),
+        "max_batch_size": max((r["batch_size"] for r in results), default=0),
+        "coverage": coverage(results),
+        "results": results,
+    }
+
+
+def sweep(
+    n: int,
+    seed: int,
+    device: str,
+    max_tokens: int,
+    max_q: int,
+    max_prefix: int,
+    done: Optional[List[dict]] = None,
+    checkpoint: Optional[Callable[[dict], None]] = None,
+    every: int = 25,
+    seconds_before: float = 0.0,
+) -> dict:
+    """``n`` seeded random batches; the first ``len(done)`` are taken from an earlier, interrupted
+    run (their shapes are still drawn, so the rest are the same batches as in one go)."""
+    limits = {"max_tokens": max_tokens, "max_q": max_q, "max_prefix": max_prefix}
     rng = random.Random(seed)
+    done = list(done or [])
     results, t0 = [], time.time()
     for i in range(n):
         batch = random_batch(rng, seed * 100003 + i, max_tokens, max_q, max_prefix)
+        if i < len(done):
+            if done[i].get("seed") != batch.seed:
+                raise ValueError(
+                    f"resume: result {i} has seed {done[i].get('seed')}, expected {batch.seed}"
+                )
+            results.append(done[i])
+            continue
         res = check_batch(batch, device)
         res["seed"] = batch.seed
         if not res["ok"]:
             res["batch"] = asdict(batch)
-        results.append(res)
-        if not res["ok"]:
             print(f"FAIL batch {i}: {res}", flush=True)
-    failures = [r for r in results if not r["ok"]]
-    return {
-        "batches": n,
-        "failures": len(failures),
-        "seconds": round(time.time() - t0, 1),
-        "limits": {"max_tokens": max_tokens, "max_q": max_q, "max_prefix": max_prefix},
-        "max_total_q": max(r["total_q"] for r in results),
-        "max_batch_size": max(r["batch_size"] for r in results),
-        "coverage": coverage(results),
-        "results": results,
-    }
+        results.append(res)
+        if checkpoint and (i + 1) % every == 0:
+            checkpoint(summarize(results, n, seed, limits, seconds_before + time.time() - t0))
+    return summarize(results, n, seed, limits, seconds_before + time.time() - t0)
+
+
+def _write_atomic(path: Path, doc: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    os.replace(tmp, path)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -223,17 +269,59 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--max-tokens", type=int, default=16384)
     p.add_argument("--max-q", type=int, default=8192)
     p.add_argument("--max-prefix", type=int, default=16384)
-    p.add_argument("--output", default=None)
+    p.add_argument("--output", default=None, help="JSON results, rewritten every 25 batches")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run recorded in --output (same seed, limits and kernel sources)",
+    )
     a = p.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    res = sweep(a.n, a.seed, device, a.max_tokens, a.max_q, a.max_prefix)
-    res["command"] = "python -m mla_prefill.fuzz " + " ".join(
-        argv if argv is not None else sys.argv[1:]
+    gpu = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    limits = {"max_tokens": a.max_tokens, "max_q": a.max_q, "max_prefix": a.max_prefix}
+    command = "python -m mla_prefill.fuzz " + " ".join(argv if argv is not None else sys.argv[1:])
+    out = Path(a.output) if a.output else None
+    done, seconds_before, commands = [], 0.0, []
+    if a.resume:
+        if out is None or not out.exists():
+            p.error("--resume needs an existing --output file")
+        prev = json.loads(out.read_text())
+        for key, want in (
+            ("seed", a.seed),
+            ("limits", limits),
+            ("kernel_sha256", kernel_sha256()),
+            ("gpu", gpu),
+        ):
+            if prev.get(key) != want:
+                p.error(f"--resume: {out} has {key} = {prev.get(key)!r}, this run {want!r}")
+        done, seconds_before = prev["results"][: a.n], prev.get("seconds", 0.0)
+        commands = prev.get("commands", [])
+
+    def finish(doc: dict) -> dict:
+        doc.update(commands=commands + [command], gpu=gpu)
+        return doc
+
+    def checkpoint(doc: dict) -> None:
+        if out:
+            _write_atomic(out, finish(doc))
+
+    res = finish(
+        sweep(
+            a.n,
+            a.seed,
+            device,
+            a.max_tokens,
+            a.max_q,
+            a.max_prefix,
+            done,
+            checkpoint,
+            25,
+            seconds_before,
+        )
     )
-    res["gpu"] = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     print(json.dumps({k: v for k, v in res.items() if k != "results"}))
-    if a.output:
-        Path(a.output).write_text(json.dumps(res, indent=1) + "\n")
+    if out:
+        _write_atomic(out, res)
     return 0 if res["failures"] == 0 else 1
 
 
