@@ -106,81 +106,6 @@ def _attend_kv_range(
 
 
 @triton.jit
-def _attend_kv_range_prefetch(
-    acc,
-    m_i,
-    l_i,
-    q_n,
-    q_p,
-    ckv_ptr,
-    kpe_ptr,
-    idx_ptr,
-    stride_ckv_p,
-    stride_kpe_p,
-    lo,
-    hi,
-    qk_scale,
-    HEAD_CKV: tl.constexpr,
-    HEAD_KPE: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    INTERPRET: tl.constexpr,
-):
-    """The same update over [lo, hi) for a 1-token tile (every row's causal bound is ``hi``),
-    pipelined by hand: while one step computes, the next step's KV rows and the index block after
-    it are already in flight. (Triton's pipeliner left this indirect-load loop serial: ~2.3 us
-    per step on the H200, whatever num_stages; NOTES.md, kernel v4.)"""
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_ckv = tl.arange(0, HEAD_CKV)
-    offs_kpe = tl.arange(0, HEAD_KPE)
-    ok = (lo + offs_n) < hi
-    pages = tl.load(idx_ptr + lo + offs_n, mask=ok, other=0).to(tl.int64)
-    kc = tl.load(
-        ckv_ptr + pages[:, None] * stride_ckv_p + offs_ckv[None, :], mask=ok[:, None], other=0.0
-    )
-    kp = tl.load(
-        kpe_ptr + pages[:, None] * stride_kpe_p + offs_kpe[None, :], mask=ok[:, None], other=0.0
-    )
-    ok_n = (lo + BLOCK_N + offs_n) < hi
-    pages_n = tl.load(idx_ptr + lo + BLOCK_N + offs_n, mask=ok_n, other=0).to(tl.int64)
-    for start in range(lo, hi, BLOCK_N):
-        # issue the next step's gather and the index load after it, then compute this step
-        kc_n = tl.load(
-            ckv_ptr + pages_n[:, None] * stride_ckv_p + offs_ckv[None, :],
-            mask=ok_n[:, None],
-            other=0.0,
-        )
-        kp_n = tl.load(
-            kpe_ptr + pages_n[:, None] * stride_kpe_p + offs_kpe[None, :],
-            mask=ok_n[:, None],
-            other=0.0,
-        )
-        ok_nn = (start + 2 * BLOCK_N + offs_n) < hi
-        pages_nn = tl.load(idx_ptr + start + 2 * BLOCK_N + offs_n, mask=ok_nn, other=0).to(tl.int64)
-        kc_c = kc
-        kp_c = kp
-        if INTERPRET:
-            kc_c = kc_c.to(tl.float32)
-            kp_c = kp_c.to(tl.float32)
-        s = tl.dot(q_n, tl.trans(kc_c))
-        s = tl.dot(q_p, tl.trans(kp_c), s)
-        s = tl.where(ok[None, :], s * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.math.exp2(m_i - m_use)
-        p = tl.math.exp2(s - m_use[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        acc = tl.dot(p.to(kc_c.dtype), kc_c, acc)
-        m_i = m_new
-        kc = kc_n
-        kp = kp_n
-        ok = ok_n
-        pages_n = pages_nn
-        ok_n = ok_nn
-    return acc, m_i, l_i
-
-
-@triton.jit
 def _load_q(
     q_nope_ptr,
     q_pe_ptr,
@@ -330,24 +255,17 @@ def _mla_prefill_kernel(
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         idx_ptr = kv_indices_ptr + kv_start
-        if BLOCK_T == 1:
-            # one token: its causal bound is hi itself, so the bounds mask is the whole mask
-            acc, m_i, l_i = _attend_kv_range_prefetch(
-                acc, m_i, l_i, q_n, q_p, ckv_ptr, kpe_ptr, idx_ptr, stride_ckv_p, stride_kpe_p,
-                lo, hi, qk_scale, HEAD_CKV, HEAD_KPE, BLOCK_N, INTERPRET,
-            )  # fmt: skip
-        else:
-            mid_n = lo + tl.maximum(tl.minimum(kv_unmasked, hi) - lo, 0) // BLOCK_N * BLOCK_N
-            acc, m_i, l_i = _attend_kv_range(
-                acc, m_i, l_i, q_n, q_p, ckv_ptr, kpe_ptr, idx_ptr, stride_ckv_p, stride_kpe_p,
-                lo, mid_n, causal_lim, qk_scale,
-                HEAD_CKV, HEAD_KPE, BLOCK_N, False, INTERPRET,
-            )  # fmt: skip
-            acc, m_i, l_i = _attend_kv_range(
-                acc, m_i, l_i, q_n, q_p, ckv_ptr, kpe_ptr, idx_ptr, stride_ckv_p, stride_kpe_p,
-                mid_n, hi, causal_lim, qk_scale,
-                HEAD_CKV, HEAD_KPE, BLOCK_N, True, INTERPRET,
-            )  # fmt: skip
+        mid_n = lo + tl.maximum(tl.minimum(kv_unmasked, hi) - lo, 0) // BLOCK_N * BLOCK_N
+        acc, m_i, l_i = _attend_kv_range(
+            acc, m_i, l_i, q_n, q_p, ckv_ptr, kpe_ptr, idx_ptr, stride_ckv_p, stride_kpe_p,
+            lo, mid_n, causal_lim, qk_scale,
+            HEAD_CKV, HEAD_KPE, BLOCK_N, False, INTERPRET,
+        )  # fmt: skip
+        acc, m_i, l_i = _attend_kv_range(
+            acc, m_i, l_i, q_n, q_p, ckv_ptr, kpe_ptr, idx_ptr, stride_ckv_p, stride_kpe_p,
+            mid_n, hi, causal_lim, qk_scale,
+            HEAD_CKV, HEAD_KPE, BLOCK_N, True, INTERPRET,
+        )  # fmt: skip
 
         seen = l_i > 0.0
         l_div = tl.where(seen, l_i, 1.0)

@@ -70,8 +70,9 @@ def choose_config(
     """Pick tiles from shapes alone.
 
     - Up to one wave of single-token programs (``total_q <= num_sms``): one token per tile
-      (16 rows) and 32-position KV steps: more programs in flight, no MMA rows spent on a
-      neighbour sequence's query, and short dependent-load chains (measured on H200: NOTES.md).
+      (16 rows) and 32-position KV steps (16 when sequences average <= 32 positions): more
+      programs in flight, no MMA rows spent on a neighbour sequence's query, and short
+      dependent-load chains (measured on H200: NOTES.md).
     - Otherwise 4 tokens (64 rows): the widest tile whose fp32 ``[64, 512]`` accumulator fits the
       register file of two warpgroups.
     - When the query tiles leave SMs idle and sequences average >= 256 KV positions, every tile's
@@ -82,14 +83,15 @@ def choose_config(
     if total_q <= 0:
         raise ValueError(f"choose_config: total_q must be > 0, got {total_q}")
     batch = max(batch, 1)
+    avg_kv = num_kv_indices / batch
     if total_q <= num_sms:
-        block_t, block_n, num_warps, num_stages = 1, 32, 4, 2
+        # 16-position steps when sequences are that short (half the gather and MMA of a step)
+        block_t, block_n, num_warps, num_stages = 1, 16 if avg_kv <= 32 else 32, 4, 2
     else:
         block_t, block_n, num_warps, num_stages = 4, 64, 8, 2
     if interpret:
         block_n = 16  # the interpreter ignores warps/stages; small steps exercise the loop bounds
     num_tiles = -(-total_q // block_t)
-    avg_kv = num_kv_indices / batch
     num_splits = 1
     if num_tiles < num_sms and avg_kv >= 256:
         num_splits = -(-2 * num_sms // num_tiles)
