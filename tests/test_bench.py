@@ -31,3 +31,21 @@ def test_bench_call_refill_and_compare(device):
     # and a stale output (from before the refill) would have been caught
     stale = torch.zeros_like(out)
     assert not compare(stale, lse, *new_ref)["correct"]
+
+
+def test_summary_buckets_count_workloads_meeting_the_bar():
+    from mla_prefill.bench import summarize
+
+    def row(uuid, total_q, ours, fi):
+        r = {"uuid": uuid, "total_q": total_q}
+        r["ours"] = {"gpu_ms": ours, "wall_ms": ours, "correct": True, "host_ahead": True}
+        r["flashinfer"] = {"gpu_ms": fi, "wall_ms": fi, "correct": True, "host_ahead": True}
+        r["speedup_vs_flashinfer"] = fi / ours
+        r["wall_speedup_vs_flashinfer"] = fi / ours
+        return r
+
+    s = summarize([row("a", 5, 1.0, 1.6), row("b", 50, 1.0, 1.2), row("c", 4000, 1.0, 0.9)])
+    small, large = s["by_bucket"]["small (<=100 tok)"], s["by_bucket"]["large (>=1000 tok)"]
+    assert (small["workloads"], small["meeting_target"]) == (2, 1)
+    assert (large["workloads"], large["meeting_target"]) == (1, 1)
+    assert s["all_correct"] and s["all_host_ahead"]

@@ -27,7 +27,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from mla_prefill.flops import MATMUL_CEILING_TFLOPS, flops
+from mla_prefill.flops import MATMUL_CEILING_TFLOPS, bucket, flops
 from mla_prefill.io import (
     INPUTS,
     dataset_override,
@@ -274,8 +274,46 @@ def summarize(rows: List[dict]) -> dict:
             for k in r
             if isinstance(r[k], dict) and "gpu_ms" in r[k]
         ),
+        "all_host_ahead": all(
+            r[k].get("host_ahead", False)
+            for r in rows
+            for k in r
+            if isinstance(r[k], dict) and "gpu_ms" in r[k]
+        ),
         "matmul_ceiling_tflops": MATMUL_CEILING_TFLOPS,
+        "by_bucket": by_bucket(rows),
     }
+
+
+# the kernel issue's bar: >= 0.8x FlashInfer on every workload of >= 1000 tokens, >= 1.5x on <= 100
+TARGETS = {"large (>=1000 tok)": 0.8, "small (<=100 tok)": 1.5}
+
+
+def by_bucket(rows: List[dict]) -> Dict[str, dict]:
+    """Per token bucket: geomean / min / max of the GPU-side and wall ratios, GPU ms sums, and how
+    many workloads meet the bar in ``TARGETS``."""
+    groups: Dict[str, List[dict]] = {}
+    for r in rows:
+        if "speedup_vs_flashinfer" in r:
+            groups.setdefault(bucket(r["total_q"]), []).append(r)
+    out = {}
+    for name, rs in groups.items():
+        sp = [r["speedup_vs_flashinfer"] for r in rs]
+        wall = [r["wall_speedup_vs_flashinfer"] for r in rs]
+        out[name] = {
+            "workloads": len(rs),
+            "geomean_speedup": round(statistics.geometric_mean(sp), 3),
+            "min_speedup": min(sp),
+            "max_speedup": max(sp),
+            "geomean_wall_speedup": round(statistics.geometric_mean(wall), 3),
+            "ours_gpu_ms_sum": round(sum(r["ours"]["gpu_ms"] for r in rs), 4),
+            "flashinfer_gpu_ms_sum": round(sum(r["flashinfer"]["gpu_ms"] for r in rs), 4),
+        }
+        if name in TARGETS:
+            met = [r["uuid"][:8] for r in rs if r["speedup_vs_flashinfer"] >= TARGETS[name]]
+            out[name]["target"] = TARGETS[name]
+            out[name]["meeting_target"] = len(met)
+    return out
 
 
 def parse_configs(text: Optional[str]):
