@@ -58,29 +58,37 @@ def _attend_kv_range(
     MASKED: tl.constexpr,  # constexpr so the mask code is compiled out of the bulk loop
     INTERPRET: tl.constexpr,  # the interpreter's bf16 tl.dot is wrong: compute in fp32 there
 ):
-    """Online-softmax update of (acc, m_i, l_i) over KV positions [lo, hi) of one sequence."""
+    """Online-softmax update of (acc, m_i, l_i) over KV positions [lo, hi) of one sequence.
+
+    The page indices of a step are loaded one step ahead, so the gather's addresses come from a
+    loop-carried value: Triton's pipeliner then gives the gathered rows ``num_stages - 1``
+    buffers in flight. Loaded in the same step (index -> rows), it kept one buffer and waited for
+    every gather (NOTES.md, kernel v4d).
+    """
     offs_n = tl.arange(0, BLOCK_N)
     offs_ckv = tl.arange(0, HEAD_CKV)
     offs_kpe = tl.arange(0, HEAD_KPE)
+    pages = tl.load(idx_ptr + lo + offs_n, mask=(lo + offs_n) < hi, other=0)
     for start in range(lo, hi, BLOCK_N):
         cols = start + offs_n
+        pg = pages.to(tl.int64)
         if MASKED:
             col_ok = cols < hi
-            pages = tl.load(idx_ptr + cols, mask=col_ok, other=0).to(tl.int64)
             kc = tl.load(
-                ckv_ptr + pages[:, None] * stride_ckv_p + offs_ckv[None, :],
+                ckv_ptr + pg[:, None] * stride_ckv_p + offs_ckv[None, :],
                 mask=col_ok[:, None],
                 other=0.0,
             )
             kp = tl.load(
-                kpe_ptr + pages[:, None] * stride_kpe_p + offs_kpe[None, :],
+                kpe_ptr + pg[:, None] * stride_kpe_p + offs_kpe[None, :],
                 mask=col_ok[:, None],
                 other=0.0,
             )
         else:
-            pages = tl.load(idx_ptr + cols).to(tl.int64)
-            kc = tl.load(ckv_ptr + pages[:, None] * stride_ckv_p + offs_ckv[None, :])
-            kp = tl.load(kpe_ptr + pages[:, None] * stride_kpe_p + offs_kpe[None, :])
+            kc = tl.load(ckv_ptr + pg[:, None] * stride_ckv_p + offs_ckv[None, :])
+            kp = tl.load(kpe_ptr + pg[:, None] * stride_kpe_p + offs_kpe[None, :])
+        nxt = cols + BLOCK_N
+        pages = tl.load(idx_ptr + nxt, mask=nxt < hi, other=0)
         if INTERPRET:
             kc = kc.to(tl.float32)
             kp = kp.to(tl.float32)

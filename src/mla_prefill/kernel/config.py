@@ -70,9 +70,9 @@ def choose_config(
     """Pick tiles from shapes alone.
 
     - Up to one wave of single-token programs (``total_q <= num_sms``): one token per tile
-      (16 rows) and 32-position KV steps (16 when sequences average <= 32 positions): more
-      programs in flight, no MMA rows spent on a neighbour sequence's query, and short
-      dependent-load chains (measured on H200: NOTES.md).
+      (16 rows) and 32-position KV steps (16 when sequences average <= 32 positions), 3
+      pipeline stages (two gathers in flight): more programs in flight, no MMA rows spent on a
+      neighbour sequence's query, and short dependent-load chains (measured on H200: NOTES.md).
     - Otherwise 4 tokens (64 rows): the widest tile whose fp32 ``[64, 512]`` accumulator fits the
       register file of two warpgroups.
     - When the query tiles leave SMs idle and sequences average >= 256 KV positions, every tile's
@@ -86,7 +86,7 @@ def choose_config(
     avg_kv = num_kv_indices / batch
     if total_q <= num_sms:
         # 16-position steps when sequences are that short (half the gather and MMA of a step)
-        block_t, block_n, num_warps, num_stages = 1, 16 if avg_kv <= 32 else 32, 4, 2
+        block_t, block_n, num_warps, num_stages = 1, 16 if avg_kv <= 32 else 32, 4, 3
     else:
         block_t, block_n, num_warps, num_stages = 4, 64, 8, 2
     if interpret:
