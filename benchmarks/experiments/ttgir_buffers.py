@@ -1,0 +1,66 @@
+"""Compile the main kernel for sm_90 on a machine without a GPU and report how Triton's pipeliner
+buffered the gathered KV rows (buffers per shared allocation, async_wait depths, shared memory).
+
+    python benchmarks/experiments/ttgir_buffers.py 1,32,4,3 4,64,8,2     # block_t,block_n,warps,stages
+
+Pointers and strides are marked 16-divisible, as Triton specialises them at a real launch; without
+that hint the loads are not vectorised and nothing is pipelined, so the numbers would mislead.
+This is how kernel v4d's fix was found (NOTES.md): before it, every config showed one buffer per
+gather and ``async_wait {num = 0}`` at the top of the KV loop.
+"""
+
+import re
+import sys
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from mla_prefill.kernel.attention import _mla_prefill_kernel
+
+ALIGNED = {
+    "q_nope_ptr", "q_pe_ptr", "ckv_ptr", "kpe_ptr", "qo_indptr_ptr", "kv_indptr_ptr",
+    "kv_indices_ptr", "out_ptr", "lse_ptr", "stride_qn_t", "stride_qn_h", "stride_qp_t",
+    "stride_qp_h", "stride_ckv_p", "stride_kpe_p", "stride_o_s", "stride_o_t", "stride_o_h",
+    "stride_l_s", "stride_l_t",
+}  # fmt: skip
+
+
+def compile_config(block_t, block_n, warps, stages, split=False):
+    names = _mla_prefill_kernel.arg_names
+    sig = {}
+    for n in names:
+        if n in ("q_nope_ptr", "q_pe_ptr", "ckv_ptr", "kpe_ptr"):
+            sig[n] = "*bf16"
+        elif n == "out_ptr":
+            sig[n] = "*fp32" if split else "*bf16"
+        elif n == "lse_ptr":
+            sig[n] = "*fp32"
+        elif n.endswith("_ptr"):
+            sig[n] = "*i32"
+        elif n == "qk_scale":
+            sig[n] = "fp32"
+        elif n.isupper():
+            sig[n] = "constexpr"
+        else:
+            sig[n] = "i32"
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n in ALIGNED}
+    consts = dict(NUM_HEADS=16, HEAD_CKV=512, HEAD_KPE=64, BLOCK_T=block_t, BLOCK_N=block_n,
+                  MIN_CHUNK=128 if split else 0, INTERPRET=False)  # fmt: skip
+    src = ASTSource(_mla_prefill_kernel, sig, consts, attrs)
+    return triton.compile(
+        src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages)
+    )
+
+
+def main(argv):
+    for spec in argv or ["1,16,4,3", "1,32,4,3", "4,64,8,2", "4,32,8,4"]:
+        bt, bn, w, st = (int(x) for x in spec.split(","))
+        ttgir = compile_config(bt, bn, w, st).asm["ttgir"]
+        bufs = re.findall(r"local_alloc : \(\) -> !ttg.memdesc<(\d+)x", ttgir)
+        waits = re.findall(r"async_wait.*?num = (\d+)", ttgir)
+        print(f"block_t {bt} block_n {bn} warps {w} stages {st}: buffers {bufs} waits {waits}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
