@@ -217,5 +217,5 @@ def test_fuzz_resume_continues_the_same_batches(tmp_path, device):
     assert [r["seed"] for r in resumed["results"]] == [r["seed"] for r in doc["results"]] + [
         r["seed"] for r in json.loads(full.read_text())["results"][2:]
     ]
-    with pytest.raises(SystemExit):  # other limits than the recorded run: refused
+    with pytest.raises(SystemExit):  # another seed than the recorded run: refused
         fuzz.main(["--n", "4", *small[:-1], "4", "--output", str(part), "--resume"])
