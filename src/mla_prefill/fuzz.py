@@ -9,7 +9,6 @@ import argparse
 import hashlib
 import json
 import math
-import os
 import random
 import sys
 import time
@@ -19,7 +18,7 @@ from typing import Callable, List, Optional, Tuple
 
 import torch
 
-from mla_prefill.io import INPUTS
+from mla_prefill.io import INPUTS, write_text_atomic
 
 
 @dataclass
@@ -256,12 +255,6 @@ def sweep(
     return summarize(results, n, seed, limits, seconds_before + time.time() - t0)
 
 
-def _write_atomic(path: Path, doc: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    os.replace(tmp, path)
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m mla_prefill.fuzz")
     p.add_argument("--n", type=int, default=200)
@@ -303,7 +296,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     def checkpoint(doc: dict) -> None:
         if out:
-            _write_atomic(out, finish(doc))
+            write_text_atomic(out, json.dumps(finish(doc), indent=1) + "\n")
 
     res = finish(
         sweep(
@@ -321,7 +314,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     print(json.dumps({k: v for k, v in res.items() if k != "results"}))
     if out:
-        _write_atomic(out, res)
+        write_text_atomic(out, json.dumps(res, indent=1) + "\n")
     return 0 if res["failures"] == 0 else 1
 
 

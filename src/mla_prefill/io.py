@@ -2,6 +2,7 @@
 
 import json
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional
@@ -14,6 +15,23 @@ INDEX_INPUTS = ("qo_indptr", "kv_indptr", "kv_indices")
 # the definition's inputs, in its order (the positional order of `run` and of the reference)
 INPUTS = ("q_nope", "q_pe", "ckv_cache", "kpe_cache", *INDEX_INPUTS, "sm_scale")
 DATASET_ENV = "FIB_DATASET_PATH"
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` so that a reader (or a crash) sees the old or the new file
+    whole: temporary file beside it, fsync, rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def repo_root() -> Path:

@@ -22,7 +22,14 @@ import traceback
 from pathlib import Path
 from typing import Dict, List, Set, Tuple
 
-from mla_prefill.io import dataset_override, iter_workload_lines, repo_root, small_root, traces_dir
+from mla_prefill.io import (
+    dataset_override,
+    iter_workload_lines,
+    repo_root,
+    small_root,
+    traces_dir,
+    write_text_atomic,
+)
 
 INTERPRETER_HARDWARE = "CPU (Triton interpreter)"
 
@@ -63,19 +70,7 @@ def read_traces(path: Path) -> List[dict]:
 
 def write_atomic(path: Path, records: List[dict]) -> None:
     """Write all ``records`` as JSONL so that the file is always either the old or the new whole."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            for r in records:
-                f.write(json.dumps(r) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in records))
 
 
 def append_traces(root: Path, solution: str, new: List[dict]) -> None:
