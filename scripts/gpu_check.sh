@@ -2,7 +2,8 @@
 # One device call does everything: install the carried wheels, print the environment, then run the
 # steps named on the command line (default: tests bench), logging to $OUT/gpu_check.log.
 #   tests          pytest on the GPU (no interpreter): small workloads + random batches vs reference
-#   bench [ARGS]   mla-prefill bench ... --output $OUT/h200.json (ours vs FlashInfer, cold L2)
+#   bench [ARGS]   mla-prefill bench ... --output $OUT/h200.json (ours vs FlashInfer, cold L2);
+#                  BENCH_TIMEOUT (s) bounds it
 #   run [ARGS]     mla-prefill run ... (flashinfer-bench's evaluator; traces under traces/)
 #   py FILE ARGS   any python script (experiments); PY_TIMEOUT (s) bounds it
 # Carry: .whl (scripts/prepare_wheels.sh) and, if present, .fi_aot (a prebuilt FlashInfer module).
@@ -32,7 +33,7 @@ while [ $i -lt ${#steps[@]} ]; do
   t0=$(date +%s)
   case $step in
     tests) python3 -m pytest -q -x --device cuda tests "${args[@]}" ;;
-    bench) python3 -m mla_prefill.bench --output "$OUT/h200.json" "${args[@]}" ;;
+    bench) timeout "${BENCH_TIMEOUT:-3000}" python3 -m mla_prefill.bench --output "$OUT/h200.json" "${args[@]}" ;;
     run)   timeout "${RUN_TIMEOUT:-480}" python3 -m mla_prefill.cli run "${args[@]}"; rc_run=$?
            mkdir -p "$OUT/traces" && cp traces/mla_paged/*/*.jsonl "$OUT/traces/"; (exit $rc_run) ;;
     py)    timeout "${PY_TIMEOUT:-3000}" python3 "${args[@]}" ;;

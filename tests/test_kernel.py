@@ -162,6 +162,12 @@ def test_choose_config_from_shapes_only():
     assert choose_config(22, 22, 17759, num_sms=1).num_splits == 1
     assert choose_config(16384, 1, 16387).num_splits == 1
     assert choose_config(16384, 1, 16387).block_m == 64
+    assert choose_config(330, 1, 331).block_t == 1  # up to 2.5 waves of 16-row tiles
+    assert choose_config(331, 1, 331).block_t == 4
+    # a causal sequence without a long prefix is not split (fp32 partials cost more than idle SMs)
+    assert choose_config(376, 1, 381, num_sms=132).num_splits == 1
+    assert choose_config(200, 1, 4000, num_sms=132).num_splits == 1  # 200 16-row tiles: no idle SMs
+    assert choose_config(400, 1, 4000).num_splits > 1  # 100 64-row tiles, a long prefix
     with pytest.raises(ValueError, match="total_q"):
         choose_config(0, 1, 1)
 
@@ -219,3 +225,46 @@ def test_fuzz_resume_continues_the_same_batches(tmp_path, device):
     ]
     with pytest.raises(SystemExit):  # another seed than the recorded run: refused
         fuzz.main(["--n", "4", *small[:-1], "4", "--output", str(part), "--resume"])
+
+
+# the warp-specialised Gluon kernel (64-row tiles, GPU only): every shape family above, with and
+# without a split; on the CPU path only its refusal under the interpreter is checked
+GLUON = [
+    KernelConfig(4, 32, kernel="gluon"),
+    KernelConfig(4, 16, 3, 128, kernel="gluon"),
+    KernelConfig(4, 32, 5, 32, kernel="gluon"),
+]
+GLUON_LENGTHS = {
+    **EDGE_CASES,
+    "pinned": [(1, 40), (3, 3), (0, 5), (2, 0), (7, 30), (5, 21)],
+    "long_prefix": [(70, 900), (1, 1), (9, 300)],
+    "single_causal": [(333, 333)],
+    "many_blocks_one_tile": [(2, 1000), (1, 77), (1, 64)],
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "config", GLUON, ids=lambda c: f"n{c.block_n}s{c.num_splits}c{c.min_chunk}"
+)
+@pytest.mark.parametrize("name", sorted(GLUON_LENGTHS))
+def test_gluon_kernel(name, config, device, reference):
+    run_case(GLUON_LENGTHS[name], device, reference, seed=13, config=config)
+
+
+@pytest.mark.gpu
+def test_gluon_deterministic_and_duplicated_pages(device, reference):
+    cfg = GLUON[0]
+    a = run_case([(9, 40), (4, 33), (50, 260)], device, reference, 11, cfg, duplicate_pages=True)
+    b = run_case([(9, 40), (4, 33), (50, 260)], device, reference, 11, cfg, duplicate_pages=True)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_gluon_refused_by_interpreter_or_bad_tiles(device):
+    inputs = make_batch_inputs(Batch([(2, 40)], 60, 0), device)
+    args = [inputs[k] for k in ARGS]
+    with pytest.raises(ValueError, match="gluon"):
+        mla_paged_prefill(*args, config=KernelConfig(1, 32, kernel="gluon"))
+    if device == "cpu":
+        with pytest.raises(ValueError, match="TRITON_INTERPRET"):
+            mla_paged_prefill(*args, config=GLUON[0])

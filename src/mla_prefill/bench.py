@@ -308,8 +308,9 @@ def by_bucket(rows: List[dict]) -> Dict[str, dict]:
 
 
 def parse_configs(text: Optional[str]):
-    """``"4,64,1,8,2;1,32,12,4,2,128"`` -> KernelConfigs
-    (block_t, block_n, num_splits, warps, stages[, min_chunk])."""
+    """``"4,64,1,8,2;1,32,12,4,2,128;g:4,32,1,8,3"`` -> KernelConfigs
+    (block_t, block_n, num_splits, warps, stages[, min_chunk]); a ``g:`` prefix picks the
+    gluon kernel."""
     if not text:
         return []
     from mla_prefill.kernel.config import DEFAULT_MIN_CHUNK, KernelConfig
@@ -317,7 +318,8 @@ def parse_configs(text: Optional[str]):
     configs = []
     for part in text.split(";"):
         if part:
-            v = [int(x) for x in part.split(",")]
+            kernel = "gluon" if part.startswith("g:") else "triton"
+            v = [int(x) for x in part.removeprefix("g:").split(",")]
             if len(v) not in (5, 6):
                 raise ValueError(
                     f"--configs: {part!r}: expected bt,bn,splits,warps,stages[,min_chunk]"
@@ -329,6 +331,7 @@ def parse_configs(text: Optional[str]):
                 num_warps=v[3],
                 num_stages=v[4],
                 min_chunk=v[5] if len(v) == 6 else DEFAULT_MIN_CHUNK,
+                kernel=kernel,
             )
             if cfg.problems():
                 raise ValueError(f"--configs: {part!r}: " + "; ".join(cfg.problems()))

@@ -11,8 +11,7 @@ from .validate import HEAD_DIM_CKV, NUM_QO_HEADS
 NUM_SMS_HOPPER = 132
 PARTIAL_BYTES_CAP = 256 << 20  # fp32 partial outputs of a split launch stay under this
 MAX_SPLITS = 64  # the combine reads every split of a row in one load
-
-
+KERNELS = ("triton", "gluon")  # gluon: warp-specialised Hopper kernel, 64-row tiles, opt-in
 DEFAULT_MIN_CHUNK = 128  # KV positions: below this a split costs more (partial write) than it saves
 
 
@@ -26,7 +25,10 @@ class KernelConfig:
                 range is cut into ``num_splits`` equal ``block_n``-aligned pieces of at least
                 ``min_chunk`` positions (shorter ranges leave the last splits empty).
     min_chunk:  a multiple of ``block_n``; only used when ``num_splits > 1``.
-    num_warps, num_stages: Triton launch knobs.
+    num_warps, num_stages: Triton launch knobs (the gluon kernel has its own: two warpgroups,
+                three KV stages).
+    kernel:     "triton" (``attention.py``) or "gluon" (``gluon_attention.py``: 4-token tiles,
+                ``block_n`` 16 or 32, GPU only).
     """
 
     block_t: int
@@ -35,6 +37,7 @@ class KernelConfig:
     min_chunk: int = DEFAULT_MIN_CHUNK
     num_warps: int = 4
     num_stages: int = 2
+    kernel: str = "triton"
 
     @property
     def block_m(self) -> int:
@@ -57,6 +60,13 @@ class KernelConfig:
             out.append(
                 f"min_chunk {self.min_chunk} must be a positive multiple of block_n {self.block_n}"
             )
+        if self.kernel not in KERNELS:
+            out.append(f"kernel {self.kernel!r} must be one of {KERNELS}")
+        elif self.kernel == "gluon" and (self.block_t != 4 or self.block_n not in (16, 32)):
+            out.append(
+                f"the gluon kernel takes block_t 4 and block_n 16 or 32, got {self.block_t}, "
+                f"{self.block_n}"
+            )
         return out
 
 
@@ -69,13 +79,16 @@ def choose_config(
 ) -> KernelConfig:
     """Pick tiles from shapes alone.
 
-    - Up to one wave of single-token programs (``total_q <= num_sms``): one token per tile
-      (16 rows) and 32-position KV steps (16 when sequences average <= 32 positions), 3
-      pipeline stages (two gathers in flight): more programs in flight, no MMA rows spent on a
-      neighbour sequence's query, and short dependent-load chains (measured on H200: NOTES.md).
+    - Up to two and a half waves of single-token programs (``total_q <= 2.5 * num_sms``): one
+      token per tile (16 rows) and 32-position KV steps (16 when sequences average <= 16
+      positions), 3 pipeline stages (two gathers in flight): more programs in flight, no MMA rows
+      spent on a neighbour sequence's query, and short dependent-load chains. Measured on H200
+      (NOTES.md, session 3): 138-287 tokens run 1.05-1.7x faster this way than on 64-row tiles,
+      376 and 473 tokens 0.98x / 0.93x, hence the bound.
     - Otherwise 4 tokens (64 rows): the widest tile whose fp32 ``[64, 512]`` accumulator fits the
       register file of two warpgroups.
-    - When the query tiles leave SMs idle and sequences average >= 256 KV positions, every tile's
+    - When the query tiles leave SMs idle, sequences average >= 256 KV positions and the prefix
+      dominates (at least as many KV positions as queries again), every tile's
       KV range is split over about two waves of programs (``num_splits`` per tile), no piece
       shorter than ``DEFAULT_MIN_CHUNK``; the split count is bounded so the fp32 partial outputs
       stay under ``PARTIAL_BYTES_CAP``.
@@ -84,16 +97,16 @@ def choose_config(
         raise ValueError(f"choose_config: total_q must be > 0, got {total_q}")
     batch = max(batch, 1)
     avg_kv = num_kv_indices / batch
-    if total_q <= num_sms:
+    if 2 * total_q <= 5 * num_sms:
         # 16-position steps when sequences are that short (half the gather and MMA of a step)
-        block_t, block_n, num_warps, num_stages = 1, 16 if avg_kv <= 32 else 32, 4, 3
+        block_t, block_n, num_warps, num_stages = 1, 16 if avg_kv <= 16 else 32, 4, 3
     else:
         block_t, block_n, num_warps, num_stages = 4, 64, 8, 2
     if interpret:
         block_n = 16  # the interpreter ignores warps/stages; small steps exercise the loop bounds
     num_tiles = -(-total_q // block_t)
     num_splits = 1
-    if num_tiles < num_sms and avg_kv >= 256:
+    if num_tiles < num_sms and avg_kv >= 256 and num_kv_indices >= 2 * total_q:
         num_splits = -(-2 * num_sms // num_tiles)
         num_splits = min(num_splits, -(-num_kv_indices // DEFAULT_MIN_CHUNK))
         max_splits = max(1, PARTIAL_BYTES_CAP // (total_q * NUM_QO_HEADS * HEAD_DIM_CKV * 4))

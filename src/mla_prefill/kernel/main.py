@@ -93,6 +93,8 @@ def mla_paged_prefill(
         config = choose_config(total_q, batch, num_kv, num_sms=num_sms, interpret=interpret)
 
     bad = config.problems()
+    if config.kernel == "gluon" and interpret:
+        bad.append("the gluon kernel does not run under TRITON_INTERPRET=1")
     if bad:
         raise ValueError("config: " + "; ".join(bad))
     split = config.split
@@ -112,7 +114,7 @@ def mla_paged_prefill(
         stride_o_s = stride_l_s = 0
 
     grid = (triton.cdiv(total_q, config.block_t), config.num_splits)
-    _mla_prefill_kernel[grid](
+    args = (
         q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices,
         dst_o, dst_lse,
         q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
@@ -120,12 +122,21 @@ def mla_paged_prefill(
         stride_o_s, dst_o.stride(-3), dst_o.stride(-2),
         stride_l_s, dst_lse.stride(-2), dst_lse.stride(-1),
         total_q, batch, scale * LOG2E,
+    )  # fmt: skip
+    consts = dict(
         NUM_HEADS=NUM_QO_HEADS, HEAD_CKV=HEAD_DIM_CKV, HEAD_KPE=HEAD_DIM_KPE,
         BLOCK_T=config.block_t, BLOCK_N=config.block_n,
         MIN_CHUNK=config.min_chunk if split else 0,
-        INTERPRET=interpret,
-        num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
+    if config.kernel == "gluon":
+        from .gluon_attention import _mla_prefill_ws_kernel  # imported only where it can run
+
+        _mla_prefill_ws_kernel[grid](*args, **consts, num_warps=4)
+    else:
+        _mla_prefill_kernel[grid](
+            *args, **consts, INTERPRET=interpret,
+            num_warps=config.num_warps, num_stages=config.num_stages,
+        )  # fmt: skip
     if split:
         # all splits in one load: BLOCK_S * ROWS * BLOCK_D = 8192 fp32 per program (4 warps)
         block_s, block_d = triton.next_power_of_2(config.num_splits), 128

@@ -1,0 +1,72 @@
+"""Compile the Gluon warp-specialised kernel for sm_90 without a GPU; report shared memory,
+registers/spills (ptxas -v) and where the barriers and waits landed.
+
+    python benchmarks/experiments/gluon_compile.py [block_n] [--split]
+"""
+
+import re
+import subprocess
+import sys
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+
+from mla_prefill.kernel.gluon_attention import _mla_prefill_ws_kernel
+
+ALIGNED = {
+    "q_nope_ptr", "q_pe_ptr", "ckv_ptr", "kpe_ptr", "qo_indptr_ptr", "kv_indptr_ptr",
+    "kv_indices_ptr", "out_ptr", "lse_ptr", "stride_qn_t", "stride_qn_h", "stride_qp_t",
+    "stride_qp_h", "stride_ckv_p", "stride_kpe_p", "stride_o_s", "stride_o_t", "stride_o_h",
+    "stride_l_s", "stride_l_t",
+}  # fmt: skip
+
+
+def compile_ws(block_n=32, split=False):
+    names = _mla_prefill_ws_kernel.arg_names
+    sig = {}
+    for n in names:
+        if n in ("q_nope_ptr", "q_pe_ptr", "ckv_ptr", "kpe_ptr"):
+            sig[n] = "*bf16"
+        elif n == "out_ptr":
+            sig[n] = "*fp32" if split else "*bf16"
+        elif n == "lse_ptr":
+            sig[n] = "*fp32"
+        elif n.endswith("_ptr"):
+            sig[n] = "*i32"
+        elif n == "qk_scale":
+            sig[n] = "fp32"
+        elif n.isupper():
+            sig[n] = "constexpr"
+        else:
+            sig[n] = "i32"
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n in ALIGNED}
+    consts = dict(NUM_HEADS=16, HEAD_CKV=512, HEAD_KPE=64, BLOCK_T=4, BLOCK_N=block_n,
+                  MIN_CHUNK=128 if split else 0)  # fmt: skip
+    src = GluonASTSource(_mla_prefill_ws_kernel, sig, consts, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+
+
+def main(argv):
+    block_n = int(argv[0]) if argv and argv[0].isdigit() else 32
+    k = compile_ws(block_n, "--split" in argv)
+    print("shared bytes", k.metadata.shared, "warps", k.metadata.num_warps)
+    ptx = k.asm["ptx"]
+    print("setmaxnreg", re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32 (\d+)", ptx))
+    print(
+        "bar.sync",
+        len(re.findall(r"bar\.sync", ptx)),
+        "wgmma",
+        len(re.findall(r"wgmma\.mma_async", ptx)),
+    )
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(ptx)
+    ptxas = triton.backends.nvidia.__path__[0] + "/bin/ptxas"
+    r = subprocess.run([ptxas, "-v", "-arch=sm_90a", f.name, "-o", "/dev/null"],
+                       capture_output=True, text=True)  # fmt: skip
+    print(r.stderr.strip()[-600:])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
