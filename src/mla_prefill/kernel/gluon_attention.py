@@ -19,6 +19,11 @@ that split the *contraction* of ``Q K^T`` and the *columns* of ``P V``:
 
 Semantics, tiling over tokens and sequences, the split of long KV ranges and the output contract
 are those of ``attention._mla_prefill_kernel`` (same arguments); see its docstring.
+
+Status (H200, NOTES.md session 3): correct (GPU tests), but no faster than the Triton kernel
+(a06f2653 16.2 ms against 15.2-16.3), so ``choose_config`` never picks it; select it with
+``KernelConfig(4, 32, kernel="gluon")``. Nsight Compute shows both warpgroups latency-bound on
+their own serial chain (wgmma waits, barriers, the swap), ~780 instructions per warp per block.
 """
 
 from triton.experimental import gluon
