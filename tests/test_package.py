@@ -184,3 +184,15 @@ def test_check_reports_bad_json_line(tmp_set):
     wpath.write_text(wpath.read_text() + "{not json\n")
     msgs = _messages(tmp_set)
     assert any(f":{len(SMALL_CASES) + 1}: not valid JSON" in m for m in msgs), msgs
+
+
+def test_check_reports_fuzz_results_of_other_kernel_sources(tmp_set):
+    """Committed GPU fuzz results that describe other kernel sources make `check` fail."""
+    fuzz = json.loads((repo_root() / "benchmarks" / "fuzz-h200.json").read_text())
+    (tmp_set / "benchmarks").mkdir()
+    (tmp_set / "benchmarks" / "fuzz-h200.json").write_text(json.dumps(fuzz))
+    assert _messages(tmp_set) == []  # the committed file matches the sources
+    fuzz["kernel_sha256"] = "0" * 64
+    (tmp_set / "benchmarks" / "fuzz-h200.json").write_text(json.dumps(fuzz))
+    msgs = _messages(tmp_set)
+    assert any("kernel_sha256" in m and "re-run" in m for m in msgs), msgs

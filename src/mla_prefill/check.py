@@ -158,6 +158,27 @@ def _check_traces(root: Path, problems: List[Problem]) -> None:
             problems.append(Problem(str(path), "trace", str(e)))
 
 
+def _check_gpu_evidence(root: Path, problems: List[Problem]) -> None:
+    """The committed GPU fuzz results must describe the kernel sources as they are now."""
+    from mla_prefill.fuzz import kernel_sha256
+
+    path = root / "benchmarks" / "fuzz-h200.json"
+    if not path.exists():
+        return
+    recorded = json.loads(path.read_text()).get("kernel_sha256")
+    if recorded != kernel_sha256():
+        problems.append(
+            Problem(
+                str(path),
+                "kernel_sha256",
+                f"recorded {str(recorded)[:12]}..., the kernel sources hash to "
+                f"{kernel_sha256()[:12]}...: the GPU fuzz describes other code; re-run "
+                "`python -m mla_prefill.fuzz --n 1000 --output benchmarks/fuzz-h200.json` on a "
+                "GPU (scripts/gpu_check.sh) and commit it with the kernel change",
+            )
+        )
+
+
 def check_trace_set(root: Path, dataset: Optional[Path] = None) -> List[Problem]:
     """Every problem found under ``root``; an empty list means the trace set is valid."""
     problems: List[Problem] = []
@@ -187,4 +208,5 @@ def check_trace_set(root: Path, dataset: Optional[Path] = None) -> List[Problem]
                 _check_workload(root, definition, wl, dataset, problems)
     _check_solutions(root, problems)
     _check_traces(root, problems)
+    _check_gpu_evidence(root, problems)
     return problems
