@@ -95,6 +95,9 @@ def mla_paged_prefill(
     bad = config.problems()
     if config.kernel == "gluon" and interpret:
         bad.append("the gluon kernel does not run under TRITON_INTERPRET=1")
+    elif config.kernel == "gluon" and torch.cuda.get_device_capability(q_nope.device)[0] != 9:
+        cc = "".join(map(str, torch.cuda.get_device_capability(q_nope.device)))
+        bad.append(f"the gluon kernel needs a Hopper GPU (sm_90), this one is sm_{cc}")
     if bad:
         raise ValueError("config: " + "; ".join(bad))
     split = config.split
