@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import triton
 from triton.backends.compiler import GPUTarget
@@ -15,33 +16,12 @@ from triton.experimental.gluon._runtime import GluonASTSource
 
 from mla_prefill.kernel.gluon_attention import _mla_prefill_ws_kernel
 
-ALIGNED = {
-    "q_nope_ptr", "q_pe_ptr", "ckv_ptr", "kpe_ptr", "qo_indptr_ptr", "kv_indptr_ptr",
-    "kv_indices_ptr", "out_ptr", "lse_ptr", "stride_qn_t", "stride_qn_h", "stride_qp_t",
-    "stride_qp_h", "stride_ckv_p", "stride_kpe_p", "stride_o_s", "stride_o_t", "stride_o_h",
-    "stride_l_s", "stride_l_t",
-}  # fmt: skip
+sys.path.insert(0, str(Path(__file__).parent))
+from ttgir_buffers import signature  # noqa: E402  (sibling experiment script)
 
 
 def compile_ws(block_n=32, split=False):
-    names = _mla_prefill_ws_kernel.arg_names
-    sig = {}
-    for n in names:
-        if n in ("q_nope_ptr", "q_pe_ptr", "ckv_ptr", "kpe_ptr"):
-            sig[n] = "*bf16"
-        elif n == "out_ptr":
-            sig[n] = "*fp32" if split else "*bf16"
-        elif n == "lse_ptr":
-            sig[n] = "*fp32"
-        elif n.endswith("_ptr"):
-            sig[n] = "*i32"
-        elif n == "qk_scale":
-            sig[n] = "fp32"
-        elif n.isupper():
-            sig[n] = "constexpr"
-        else:
-            sig[n] = "i32"
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n in ALIGNED}
+    sig, attrs = signature(_mla_prefill_ws_kernel.arg_names, split)
     consts = dict(NUM_HEADS=16, HEAD_CKV=512, HEAD_KPE=64, BLOCK_T=4, BLOCK_N=block_n,
                   MIN_CHUNK=128 if split else 0)  # fmt: skip
     src = GluonASTSource(_mla_prefill_ws_kernel, sig, consts, attrs)

@@ -26,8 +26,9 @@ ALIGNED = {
 }  # fmt: skip
 
 
-def compile_config(block_t, block_n, warps, stages, split=False):
-    names = _mla_prefill_kernel.arg_names
+def signature(names, split=False):
+    """Launch-like signature and 16-divisibility hints for a kernel with the main kernel's
+    arguments (``arg_names``): also used by ``gluon_compile.py``."""
     sig = {}
     for n in names:
         if n in ("q_nope_ptr", "q_pe_ptr", "ckv_ptr", "kpe_ptr"):
@@ -45,6 +46,11 @@ def compile_config(block_t, block_n, warps, stages, split=False):
         else:
             sig[n] = "i32"
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n in ALIGNED}
+    return sig, attrs
+
+
+def compile_config(block_t, block_n, warps, stages, split=False):
+    sig, attrs = signature(_mla_prefill_kernel.arg_names, split)
     consts = dict(NUM_HEADS=16, HEAD_CKV=512, HEAD_KPE=64, BLOCK_T=block_t, BLOCK_N=block_n,
                   MIN_CHUNK=128 if split else 0, INTERPRET=False)  # fmt: skip
     src = ASTSource(_mla_prefill_kernel, sig, consts, attrs)

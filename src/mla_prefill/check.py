@@ -166,13 +166,14 @@ def _check_gpu_evidence(root: Path, problems: List[Problem]) -> None:
     if not path.exists():
         return
     recorded = json.loads(path.read_text()).get("kernel_sha256")
-    if recorded != kernel_sha256():
+    current = kernel_sha256()
+    if recorded != current:
         problems.append(
             Problem(
                 str(path),
                 "kernel_sha256",
                 f"recorded {str(recorded)[:12]}..., the kernel sources hash to "
-                f"{kernel_sha256()[:12]}...: the GPU fuzz describes other code; re-run "
+                f"{current[:12]}...: the GPU fuzz describes other code; re-run "
                 "`python -m mla_prefill.fuzz --n 1000 --output benchmarks/fuzz-h200.json` on a "
                 "GPU (scripts/gpu_check.sh) and commit it with the kernel change",
             )
