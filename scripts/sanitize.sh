@@ -15,5 +15,5 @@ export PYTHONPATH="$PWD/src:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFER
   echo "== racecheck"
   timeout "${RACECHECK_TIMEOUT:-300}" compute-sanitizer --tool racecheck --print-limit 20 \
     python3 -m mla_prefill.fuzz --n 4 --seed 12 --max-tokens 256 --max-q 128 --max-prefix 512 \
-    --output /tmp/racecheck-batches.json 2>&1 | tail -4  # its summary line is in the log
+    --output /tmp/racecheck-batches.json 2>&1 | tail -60  # every hazard printed, and the summary
 } | tee "$OUT/sanitizer.log"

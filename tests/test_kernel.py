@@ -162,6 +162,12 @@ def test_choose_config_from_shapes_only():
     assert choose_config(22, 22, 17759, num_sms=1).num_splits == 1
     assert choose_config(16384, 1, 16387).num_splits == 1
     assert choose_config(16384, 1, 16387).block_m == 64
+    assert choose_config(16384, 1, 16387).kernel == "triton"  # not Hopper: the Triton kernel
+    assert choose_config(16384, 1, 16387, hopper=True).kernel == "gluon"
+    assert choose_config(16384, 1, 16387, hopper=True, interpret=True).kernel == "triton"
+    assert choose_config(100, 1, 100, hopper=True).kernel == "triton"  # 16-row tiles
+    assert choose_config(165, 1, 165, hopper=True).block_t == 1  # up to 1.25 waves on Hopper
+    assert choose_config(166, 1, 166, hopper=True).kernel == "gluon"
     assert choose_config(330, 1, 331).block_t == 1  # up to 2.5 waves of 16-row tiles
     assert choose_config(331, 1, 331).block_t == 4
     # a causal sequence without a long prefix is not split (fp32 partials cost more than idle SMs)
@@ -230,9 +236,9 @@ def test_fuzz_resume_continues_the_same_batches(tmp_path, device):
 # the warp-specialised Gluon kernel (64-row tiles, GPU only): every shape family above, with and
 # without a split; on the CPU path only its refusal under the interpreter is checked
 GLUON = [
-    KernelConfig(4, 32, kernel="gluon"),
-    KernelConfig(4, 16, 3, 128, kernel="gluon"),
-    KernelConfig(4, 32, 5, 32, kernel="gluon"),
+    KernelConfig(4, 64, kernel="gluon"),
+    KernelConfig(4, 64, 3, 128, kernel="gluon"),
+    KernelConfig(4, 64, 5, 64, kernel="gluon"),
 ]
 GLUON_LENGTHS = {
     **EDGE_CASES,
@@ -258,6 +264,26 @@ def test_gluon_deterministic_and_duplicated_pages(device, reference):
     a = run_case([(9, 40), (4, 33), (50, 260)], device, reference, 11, cfg, duplicate_pages=True)
     b = run_case([(9, 40), (4, 33), (50, 260)], device, reference, 11, cfg, duplicate_pages=True)
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+@pytest.mark.parametrize("kernel", ["triton", "gluon"])
+def test_unreferenced_pages_are_never_read(kernel, device, reference):
+    """Pages no sequence references hold NaN: a kernel that reads one (a gather past the range,
+    a masked-off row) turns the output NaN. The gluon kernel re-reads a referenced page instead."""
+    if kernel == "gluon" and device == "cpu":
+        pytest.skip("the gluon kernel needs a Hopper GPU")
+    lengths = [(5, 70), (1, 1), (6, 6), (3, 130)]
+    inputs = make_batch_inputs(Batch(lengths, 4 * 207, 3), device)
+    used = torch.zeros(inputs["ckv_cache"].shape[0], dtype=torch.bool, device=device)
+    used[inputs["kv_indices"].long()] = True
+    inputs["ckv_cache"][~used] = float("nan")
+    inputs["kpe_cache"][~used] = float("nan")
+    args = [inputs[k] for k in ARGS]
+    config = GLUON[0] if kernel == "gluon" else None
+    out, lse = mla_paged_prefill(*args, config=config)
+    ref_out, ref_lse = reference(*args)
+    assert_close("output", out, ref_out)
+    assert_close("lse", lse, ref_lse)
 
 
 def test_gluon_refused_by_interpreter_or_bad_tiles(device):

@@ -152,7 +152,7 @@ def check_batch(batch: Batch, device: str, fn=None, atol=1e-2, rtol=1e-2) -> dic
         "max_kv_len": max((k for _, k in batch.lengths), default=0),
         "empty_seqs": sum(1 for q, k in batch.lengths if q == 0 or k == 0),
         "duplicate_pages": batch.duplicate_pages,
-        "num_splits": _num_splits(batch, device),
+        **_launch(batch, device),
         "bad_output": int(bad_o.sum()),
         "bad_lse": int(bad_l.sum()),
         "max_abs_err": float((o - r).abs().nan_to_num(float("inf")).max()) if T else 0.0,
@@ -160,20 +160,19 @@ def check_batch(batch: Batch, device: str, fn=None, atol=1e-2, rtol=1e-2) -> dic
     }
 
 
-def _num_splits(batch: Batch, device: str) -> int:
-    """The KV split count our launcher picks for this batch (which path the batch exercised)."""
+def _launch(batch: Batch, device: str) -> dict:
+    """The kernel and KV split count our launcher picks for this batch (the path it exercised)."""
     from mla_prefill.kernel.config import NUM_SMS_HOPPER, choose_config
 
     T = sum(q for q, _ in batch.lengths)
     if T == 0:
-        return 0
-    sms = (
-        torch.cuda.get_device_properties(0).multi_processor_count
-        if device == "cuda"
-        else NUM_SMS_HOPPER
-    )
+        return {"kernel": "none", "num_splits": 0}
+    cuda = device == "cuda"
+    sms = torch.cuda.get_device_properties(0).multi_processor_count if cuda else NUM_SMS_HOPPER
+    hopper = cuda and torch.cuda.get_device_capability(0)[0] == 9
     n_kv = sum(k for _, k in batch.lengths)
-    return choose_config(T, len(batch.lengths), n_kv, num_sms=sms).num_splits
+    cfg = choose_config(T, len(batch.lengths), n_kv, num_sms=sms, interpret=not cuda, hopper=hopper)
+    return {"kernel": cfg.kernel, "num_splits": cfg.num_splits}
 
 
 def coverage(results: List[dict]) -> dict:
@@ -187,6 +186,10 @@ def coverage(results: List[dict]) -> dict:
         "batch_ge_200_seqs": sum(r["batch_size"] >= 200 for r in results),
         "duplicate_pages": sum(bool(r["duplicate_pages"]) for r in results),
         "kv_split_path": sum(r["num_splits"] > 1 for r in results),
+        "gluon_kernel": sum(r.get("kernel") == "gluon" for r in results),
+        "gluon_kv_split_path": sum(
+            r.get("kernel") == "gluon" and r["num_splits"] > 1 for r in results
+        ),
         "total_q_ge_8k": sum(r["total_q"] >= 8192 for r in results),
         "last_page_used": len(results),  # every batch maps some position to page num_pages - 1
     }

@@ -38,7 +38,8 @@ OURS = SolutionSpec(
     description=(
         f"mla-prefill {__version__}: Triton MLA paged causal prefill; heads packed into MMA rows, "
         "one gathered KV tile for QK^T and PV, base-2 online softmax, split-KV for decode-like "
-        "batches."
+        "batches; on Hopper, 64-row tiles run a warp-specialised Gluon kernel (a cp.async loader "
+        "warpgroup and a softmax warpgroup, each computing half of P.V)."
     ),
 )
 FLASHINFER = SolutionSpec(

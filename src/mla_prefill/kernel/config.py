@@ -11,7 +11,7 @@ from .validate import HEAD_DIM_CKV, NUM_QO_HEADS
 NUM_SMS_HOPPER = 132
 PARTIAL_BYTES_CAP = 256 << 20  # fp32 partial outputs of a split launch stay under this
 MAX_SPLITS = 64  # the combine reads every split of a row in one load
-KERNELS = ("triton", "gluon")  # gluon: warp-specialised Hopper kernel, 64-row tiles, opt-in
+KERNELS = ("triton", "gluon")  # gluon: warp-specialised Hopper kernel for 64-row tiles
 DEFAULT_MIN_CHUNK = 128  # KV positions: below this a split costs more (partial write) than it saves
 
 
@@ -26,9 +26,9 @@ class KernelConfig:
                 ``min_chunk`` positions (shorter ranges leave the last splits empty).
     min_chunk:  a multiple of ``block_n``; only used when ``num_splits > 1``.
     num_warps, num_stages: Triton launch knobs (the gluon kernel has its own: two warpgroups,
-                three KV stages).
+                two KV stages).
     kernel:     "triton" (``attention.py``) or "gluon" (``gluon_attention.py``: 4-token tiles,
-                ``block_n`` 16 or 32, GPU only).
+                ``block_n`` 64, Hopper only).
     """
 
     block_t: int
@@ -62,9 +62,9 @@ class KernelConfig:
             )
         if self.kernel not in KERNELS:
             out.append(f"kernel {self.kernel!r} must be one of {KERNELS}")
-        elif self.kernel == "gluon" and (self.block_t != 4 or self.block_n not in (16, 32)):
+        elif self.kernel == "gluon" and (self.block_t, self.block_n) != (4, 64):
             out.append(
-                f"the gluon kernel takes block_t 4 and block_n 16 or 32, got {self.block_t}, "
+                f"the gluon kernel takes block_t 4 and block_n 64, got {self.block_t}, "
                 f"{self.block_n}"
             )
         return out
@@ -76,17 +76,21 @@ def choose_config(
     num_kv_indices: int,
     num_sms: int = NUM_SMS_HOPPER,
     interpret: bool = False,
+    hopper: bool = False,
 ) -> KernelConfig:
     """Pick tiles from shapes alone.
 
-    - Up to two and a half waves of single-token programs (``total_q <= 2.5 * num_sms``): one
+    - Up to two and a half waves of single-token programs (``total_q <= 2.5 * num_sms``; on
+      Hopper ``1.25 * num_sms``, where the Gluon kernel beats them from 199 tokens up): one
       token per tile (16 rows) and 32-position KV steps (16 when sequences average <= 16
       positions), 3 pipeline stages (two gathers in flight): more programs in flight, no MMA rows
       spent on a neighbour sequence's query, and short dependent-load chains. Measured on H200
       (NOTES.md, session 3): 138-287 tokens run 1.05-1.7x faster this way than on 64-row tiles,
       376 and 473 tokens 0.98x / 0.93x, hence the bound.
     - Otherwise 4 tokens (64 rows): the widest tile whose fp32 ``[64, 512]`` accumulator fits the
-      register file of two warpgroups.
+      register file of two warpgroups. On Hopper (``hopper``, never under the interpreter) these
+      tiles run the warp-specialised Gluon kernel (64-key blocks): 1.3-1.75x the Triton kernel's
+      speed on every >= 473-token workload measured (NOTES.md, session 4).
     - When the query tiles leave SMs idle, sequences average >= 256 KV positions and the prefix
       dominates (at least as many KV positions as queries again), every tile's
       KV range is split over about two waves of programs (``num_splits`` per tile), no piece
@@ -97,11 +101,16 @@ def choose_config(
         raise ValueError(f"choose_config: total_q must be > 0, got {total_q}")
     batch = max(batch, 1)
     avg_kv = num_kv_indices / batch
-    if 2 * total_q <= 5 * num_sms:
+    gluon = hopper and not interpret
+    # 16-row tiles up to 2.5 waves, or 1.25 where the Gluon kernel takes the 64-row ones
+    if (4 if gluon else 2) * total_q <= 5 * num_sms:
         # 16-position steps when sequences are that short (half the gather and MMA of a step)
         block_t, block_n, num_warps, num_stages = 1, 16 if avg_kv <= 16 else 32, 4, 3
     else:
         block_t, block_n, num_warps, num_stages = 4, 64, 8, 2
+    kernel = "gluon" if gluon and block_t == 4 else "triton"
+    if kernel == "gluon":
+        num_warps = 4  # the default partition; the loader warpgroup is added by warp_specialize
     if interpret:
         block_n = 16  # the interpreter ignores warps/stages; small steps exercise the loop bounds
     num_tiles = -(-total_q // block_t)
@@ -112,4 +121,4 @@ def choose_config(
         max_splits = max(1, PARTIAL_BYTES_CAP // (total_q * NUM_QO_HEADS * HEAD_DIM_CKV * 4))
         num_splits = max(1, min(num_splits, max_splits, MAX_SPLITS))
     min_chunk = max(DEFAULT_MIN_CHUNK // block_n, 1) * block_n
-    return KernelConfig(block_t, block_n, num_splits, min_chunk, num_warps, num_stages)
+    return KernelConfig(block_t, block_n, num_splits, min_chunk, num_warps, num_stages, kernel)

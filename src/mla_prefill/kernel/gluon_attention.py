@@ -1,29 +1,26 @@
-"""Warp-specialised Hopper kernel (Gluon) for tiles of 4 tokens x 16 heads = 64 query rows.
+"""Warp-specialised Hopper kernel (Gluon): 64 query rows (4 tokens x 16 heads), 64-key blocks.
 
-Why a second kernel: Triton lays the fp32 ``[64, 512]`` accumulator over two warpgroups by
-splitting N, so every ``Q K^T`` is a thin 64 x 32 MMA per warpgroup, the row max and sum cross
-warpgroups through shared memory, and nothing overlaps the softmax with the MMAs (about 300
-TFLOP/s on H200 against fa3's 600, NOTES.md). Here the two warpgroups are two Gluon partitions
-that split the *contraction* of ``Q K^T`` and the *columns* of ``P V``:
+Two partitions of one warpgroup each, in the producer/consumer shape of FlashInfer's fa3 MLA
+kernel (``mla_hopper.cuh``: a loader warpgroup that also computes half of ``P V``; design
+facts only, no code taken):
 
-- warpgroup 0 owns ckv columns [0, 256): its Q slice, its half of every gathered KV row, the
-  output columns [0, 256);
-- warpgroup 1 owns ckv columns [256, 512) and the 64 rope columns (q_pe . kpe);
-- each computes a partial ``S`` over its columns, the two swap partials through shared memory
-  (fp32, double-buffered, one mbarrier per direction and slot) and both add them in the same
-  order, so both hold bit-identical ``S``, row max, sum and ``P``; ``P`` stays in registers as the
-  A operand of its own ``P V`` half. No other data crosses warpgroups: each gathers only its own
-  columns (cp.async, three stages) into its own buffers.
-- inside a warpgroup the MMAs are asynchronous: ``Q K^T`` of block j+1 runs while the softmax of
-  block j is computed, and ``P V`` of block j runs during the swap of block j+1's partials.
+- the *softmax* warpgroup (default partition) holds Q in shared memory, computes the full
+  ``S = Q K^T`` of every block (contraction 512 + 64, N = 64 keys), the online softmax, writes
+  ``P`` (bf16) and the row rescale factor to shared memory, and accumulates output columns
+  [256, 512). ``Q K^T`` of block j+1 is issued before the softmax of block j, so the tensor
+  cores work while the CUDA cores do the softmax.
+- the *loader* warpgroup gathers every KV block with cp.async (page indices loaded one block
+  ahead; rows past the range re-read the range's last page, so no copy is predicated), signals
+  arrival through an mbarrier (``cp.async.mbarrier.arrive.noinc``, one arrival per thread), and
+  accumulates output columns [0, 256) from the ``P`` the softmax warpgroup published.
+
+Shared memory: Q 72 KB, two KV stages of 72 KB (ckv as two 256-column halves + kpe); ``P`` of a
+block overwrites that block's kpe slot once its ``Q K^T`` is done (same shape and layout). The
+stage is released (``empty``) when the softmax warpgroup's ``P V`` of it has completed; the
+loader's own ``P V`` of a stage completes before it refills that stage.
 
 Semantics, tiling over tokens and sequences, the split of long KV ranges and the output contract
 are those of ``attention._mla_prefill_kernel`` (same arguments); see its docstring.
-
-Status (H200, NOTES.md session 3): correct (GPU tests), but no faster than the Triton kernel
-(a06f2653 16.2 ms against 15.2-16.3), so ``choose_config`` never picks it; select it with
-``KernelConfig(4, 32, kernel="gluon")``. Nsight Compute shows both warpgroups latency-bound on
-their own serial chain (wgmma waits, barriers, the swap), ~780 instructions per warp per block.
 """
 
 from triton.experimental import gluon
@@ -33,114 +30,256 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
     warpgroup_mma,
-    warpgroup_mma_init,
     warpgroup_mma_wait,
 )
 
-HALF = gl.constexpr(256)  # ckv columns per warpgroup
-NUM_STAGES = gl.constexpr(3)  # gathered KV buffers per warpgroup
-WG0 = gl.constexpr(0)
-WG1 = gl.constexpr(1)
-# gathers: 16-byte cp.async per thread, a warp per 256-column row / 4 rows per 64-column kpe row set
+HALF = gl.constexpr(256)  # output columns per warpgroup; ckv is stored as two halves
+NUM_STAGES = gl.constexpr(2)  # gathered KV blocks in shared memory
+# 16-byte cp.async per thread: a warp per 256-column row; 4 rows of 64 columns per warp for kpe
 LD_KV = gl.constexpr(gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0]))
 LD_PE = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0]))
+# the indptr arrays of batches below SCAN sequences, read whole (every warp holds all of it)
+SCAN = gl.constexpr(128)
+SCAN_L = gl.constexpr(gl.BlockedLayout([4], [32], [4], [0]))
 
 
 @gluon.jit
-def _load_pages(idx_ptr, start, hi, H: gl.constexpr, BLOCK_N: gl.constexpr):
-    """Page indices of KV rows [start, start + BLOCK_N) in the layouts of the gathers (0 past hi).
+def _tile_tokens(total_q, BLOCK_T: gl.constexpr):
+    """This program's query tokens [tok0, tok_end): longest causal range first."""
+    tok0 = (gl.cdiv(total_q, BLOCK_T) - 1 - gl.program_id(0)) * BLOCK_T
+    return tok0, gl.minimum(tok0 + BLOCK_T, total_q)
 
-    Loaded one block before their gather is issued: the gather's addresses then come from
-    registers and no index load latency sits on the loop's critical path.
+
+@gluon.jit
+def _first_seq(qo_indptr_ptr, kv_indptr_ptr, tok0, batch):
+    """The tile's first sequence b (largest b with qo_indptr[b] <= tok0) and its q / kv bounds.
+
+    Up to SCAN - 1 sequences this is one round trip: both indptr arrays are read whole, side by
+    side, and searched in registers; beyond that, a binary search (a chain of dependent loads).
     """
-    rows = start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LD_KV))
-    pages = gl.load(idx_ptr + rows, mask=rows < hi, other=0)
-    if H == 1:
-        rows_pe = start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LD_PE))
-        pages_pe = gl.load(idx_ptr + rows_pe, mask=rows_pe < hi, other=0)
+    if batch < SCAN:
+        idx = gl.arange(0, SCAN, layout=SCAN_L)
+        qo = gl.load(qo_indptr_ptr + idx, mask=idx <= batch, other=0)
+        kv = gl.load(kv_indptr_ptr + idx, mask=idx <= batch, other=0)
+        b = gl.sum(((qo <= tok0) & (idx < batch)).to(gl.int32), 0) - 1
+        q_start = gl.sum(gl.where(idx == b, qo, 0), 0)
+        q_end = gl.sum(gl.where(idx == b + 1, qo, 0), 0)
+        kv_start = gl.sum(gl.where(idx == b, kv, 0), 0)
+        kv_end = gl.sum(gl.where(idx == b + 1, kv, 0), 0)
     else:
-        pages_pe = gl.zeros([BLOCK_N], gl.int32, layout=gl.SliceLayout(1, LD_PE))
-    return pages, pages_pe
+        b_lo = tok0 * 0
+        b_hi = batch - 1
+        while b_lo < b_hi:
+            mid = (b_lo + b_hi + 1) // 2
+            if gl.load(qo_indptr_ptr + mid) <= tok0:
+                b_lo = mid
+            else:
+                b_hi = mid - 1
+        b = b_lo
+        q_start = gl.load(qo_indptr_ptr + b)
+        q_end = gl.load(qo_indptr_ptr + b + 1)
+        kv_start = gl.load(kv_indptr_ptr + b)
+        kv_end = gl.load(kv_indptr_ptr + b + 1)
+    return b, q_start, q_end, kv_start, kv_end
 
 
 @gluon.jit
-def _issue_gather(
-    kv_bufs, pe_bufs, stage, ckv_ptr, kpe_ptr, stride_ckv_p, stride_kpe_p, pages, pages_pe,
-    start, hi, H: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_KPE: gl.constexpr,
-):  # fmt: skip
-    """cp.async this warpgroup's columns of KV rows [start, start + BLOCK_N) (rows >= hi: zeros)."""
-    rows = start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LD_KV))
-    cols = H * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(0, LD_KV))
+def _next_seq(qo_indptr_ptr, kv_indptr_ptr, b, q_end, kv_end, batch):
+    """Bounds of sequence b + 1 (the loads are masked off past the last sequence)."""
+    b += 1
+    more = b < batch
+    q_next = gl.load(qo_indptr_ptr + b + 1, mask=more, other=0)
+    kv_next = gl.load(kv_indptr_ptr + b + 1, mask=more, other=0)
+    return b, q_end, q_next, kv_end, kv_next
+
+
+@gluon.jit
+def _seq_range(b, q_start, q_end, kv_start, kv_end, tok_end, BLOCK_N: gl.constexpr,
+               MIN_CHUNK: gl.constexpr):  # fmt: skip
+    """KV positions [lo, hi) of sequence b that this program's rows of it see (its split's share),
+    the number of BLOCK_N blocks and the sequence's prefix length."""
+    kv_len = kv_end - kv_start
+    prefix = kv_len - (q_end - q_start)
+    i_last = gl.minimum(tok_end, q_end) - 1 - q_start
+    kv_hi = gl.maximum(gl.minimum(kv_len, prefix + i_last + 1), 0)
+    if MIN_CHUNK > 0:
+        split = gl.program_id(1)
+        num_splits = gl.num_programs(1)
+        chunk = gl.maximum(gl.cdiv(gl.cdiv(kv_hi, num_splits), BLOCK_N) * BLOCK_N, MIN_CHUNK)
+        lo = gl.minimum(split * chunk, kv_hi)
+        hi = gl.minimum(lo + chunk, kv_hi)
+    else:
+        lo = kv_hi * 0
+        hi = kv_hi
+    return lo, hi, gl.cdiv(hi - lo, BLOCK_N), prefix
+
+
+@gluon.jit
+def _store_rows(out_ptr, o, l_i, row_tok, offs_m, offs_d, q_start, q_end, stride_o_s,
+                stride_o_t, stride_o_h, NUM_HEADS: gl.constexpr, MIN_CHUNK: gl.constexpr):  # fmt: skip
+    """Normalise and store this warpgroup's output columns of the rows of one sequence. Split
+    launches leave rows that saw no key unwritten (the combine reads their lse of -inf)."""
+    seen = l_i > 0.0
+    o = o / gl.where(seen, l_i, 1.0)[:, None]
+    in_seq = (row_tok >= q_start) & (row_tok < q_end)
+    rows = (
+        gl.program_id(1) * stride_o_s
+        + row_tok.to(gl.int64) * stride_o_t
+        + (offs_m % NUM_HEADS) * stride_o_h
+    )
+    keep = (in_seq & seen) if MIN_CHUNK > 0 else in_seq
+    gl.store(out_ptr + rows[:, None] + offs_d[None, :], o.to(out_ptr.dtype.element_ty),
+             mask=keep[:, None])  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# loader warpgroup: gathers, and P V for output columns [0, 256)
+# ---------------------------------------------------------------------------------------------
+
+
+@gluon.jit
+def _load_pages(idx_ptr, start, hi, BLOCK_N: gl.constexpr):
+    """Page indices of KV rows [start, start + BLOCK_N) in the layouts of the two gathers; rows
+    at or past hi take row hi - 1's page (a page the sequence reads, so its values are finite)."""
+    rows = gl.minimum(start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LD_KV)), hi - 1)
+    rows_pe = gl.minimum(start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LD_PE)), hi - 1)
+    return gl.load(idx_ptr + rows), gl.load(idx_ptr + rows_pe)
+
+
+@gluon.jit
+def _issue_gather(kv_lo, kv_hi, pe_bufs, st, ckv_ptr, kpe_ptr, stride_ckv_p, stride_kpe_p, pages,
+                  pages_pe, HEAD_KPE: gl.constexpr):  # fmt: skip
+    cols = gl.arange(0, HALF, layout=gl.SliceLayout(0, LD_KV))
+    base = ckv_ptr + pages.to(gl.int64)[:, None] * stride_ckv_p + cols[None, :]
+    async_copy.async_copy_global_to_shared(kv_lo.index(st), base)
+    async_copy.async_copy_global_to_shared(kv_hi.index(st), base + HALF)
+    cols_pe = gl.arange(0, HEAD_KPE, layout=gl.SliceLayout(0, LD_PE))
     async_copy.async_copy_global_to_shared(
-        kv_bufs.index(stage),
-        ckv_ptr + pages.to(gl.int64)[:, None] * stride_ckv_p + cols[None, :],
-        mask=(rows < hi)[:, None],
+        pe_bufs.index(st),
+        kpe_ptr + pages_pe.to(gl.int64)[:, None] * stride_kpe_p + cols_pe[None, :],
     )
-    if H == 1:
-        rows_pe = start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LD_PE))
-        cols_pe = gl.arange(0, HEAD_KPE, layout=gl.SliceLayout(0, LD_PE))
-        async_copy.async_copy_global_to_shared(
-            pe_bufs.index(stage),
-            kpe_ptr + pages_pe.to(gl.int64)[:, None] * stride_kpe_p + cols_pe[None, :],
-            mask=(rows_pe < hi)[:, None],
+
+
+@gluon.jit
+def _pv_lo(acc, g, kv_lo, pe_bufs, alpha_s, p_ready, row_o: gl.constexpr):
+    """acc = acc * alpha + P . V[:, 0:256] for block g, once the softmax warpgroup published P."""
+    st = g % NUM_STAGES
+    mbarrier.wait(p_ready.index(st), (g // NUM_STAGES) & 1)
+    alpha = alpha_s.index(st).load(row_o)
+    acc = warpgroup_mma(pe_bufs.index(st), kv_lo.index(st), acc * alpha[:, None], is_async=True)
+    acc = warpgroup_mma_wait(0, deps=[acc])
+    gl.thread_barrier()  # each warp's wait covers its own part: all done before a refill
+    return acc
+
+
+@gluon.jit
+def _loader_partition(
+    ckv_ptr, kpe_ptr, qo_indptr_ptr, kv_indptr_ptr, kv_indices_ptr, out_ptr,
+    stride_ckv_p, stride_kpe_p, stride_o_s, stride_o_t, stride_o_h, total_q, batch,
+    kv_lo, kv_hi, pe_bufs, alpha_s, l_s, ready, empty, p_ready, fin,
+    NUM_HEADS: gl.constexpr, HEAD_KPE: gl.constexpr, BLOCK_T: gl.constexpr,
+    BLOCK_N: gl.constexpr, MIN_CHUNK: gl.constexpr,
+):  # fmt: skip
+    BLOCK_M: gl.constexpr = BLOCK_T * NUM_HEADS
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF, 16]
+    )
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    offs_m = gl.arange(0, BLOCK_M, layout=row_o)
+    offs_d = gl.arange(0, HALF, layout=gl.SliceLayout(0, o_layout))
+
+    tok0, tok_end = _tile_tokens(total_q, BLOCK_T)
+    b, q_start, q_end, kv_start, kv_end = _first_seq(qo_indptr_ptr, kv_indptr_ptr, tok0, batch)
+    row_tok = tok0 + offs_m // NUM_HEADS
+    it = tok0 * 0  # KV blocks of this program so far: stage and phase bookkeeping
+    nfin = tok0 * 0  # sequences with a non-empty range so far: phase of `fin`
+    while (q_start < tok_end) & (b < batch):
+        lo, hi, n, prefix = _seq_range(
+            b, q_start, q_end, kv_start, kv_end, tok_end, BLOCK_N, MIN_CHUNK
         )
-    async_copy.commit_group()
+        idx_ptr = kv_indices_ptr + kv_start
+        acc = gl.zeros([BLOCK_M, HALF], gl.float32, layout=o_layout)
+        l_i = gl.zeros([BLOCK_M], gl.float32, layout=row_o)
+        if n > 0:
+            pages, pages_pe = _load_pages(idx_ptr, lo, hi, BLOCK_N)
+            for k in range(0, n):
+                g = it + k
+                st = g % NUM_STAGES
+                # the softmax warpgroup is done with block g - 2 (this warpgroup already is)
+                mbarrier.wait(empty.index(st), ((g // NUM_STAGES) + 1) & 1, pred=g >= NUM_STAGES)
+                _issue_gather(kv_lo, kv_hi, pe_bufs, st, ckv_ptr, kpe_ptr, stride_ckv_p,
+                              stride_kpe_p, pages, pages_pe, HEAD_KPE)  # fmt: skip
+                async_copy.mbarrier_arrive(ready.index(st), increment_count=False)
+                pages, pages_pe = _load_pages(idx_ptr, lo + (k + 1) * BLOCK_N, hi, BLOCK_N)
+                if k > 0:
+                    acc = _pv_lo(acc, g - 1, kv_lo, pe_bufs, alpha_s, p_ready, row_o)
+            acc = _pv_lo(acc, it + n - 1, kv_lo, pe_bufs, alpha_s, p_ready, row_o)
+            mbarrier.wait(fin.index(0), nfin & 1)
+            l_i = l_s.load(row_o)
+            nfin += 1
+        it += n
+        _store_rows(out_ptr, acc, l_i, row_tok, offs_m, offs_d, q_start, q_end, stride_o_s,
+                    stride_o_t, stride_o_h, NUM_HEADS, MIN_CHUNK)  # fmt: skip
+        b, q_start, q_end, kv_start, kv_end = _next_seq(
+            qo_indptr_ptr, kv_indptr_ptr, b, q_end, kv_end, batch
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# softmax warpgroup: Q K^T, online softmax, P V for output columns [256, 512)
+# ---------------------------------------------------------------------------------------------
 
 
 @gluon.jit
-def _issue_qk(q_smem, qpe_smem, kv_bufs, pe_bufs, stage, H: gl.constexpr, s_layout: gl.constexpr):
-    """Asynchronous partial S = Q[:, own cols] . K[:, own cols]^T of one gathered block."""
-    BLOCK_M: gl.constexpr = q_smem.shape[0]
-    BLOCK_N: gl.constexpr = kv_bufs.shape[1]
+def _issue_qk(q_lo, q_hi, q_pe, kv_lo, kv_hi, pe_bufs, ready, g, s_layout: gl.constexpr):
+    """Wait for block g's gather, then start S = Q . K^T over all 576 columns (asynchronous)."""
+    st = g % NUM_STAGES
+    mbarrier.wait(ready.index(st), (g // NUM_STAGES) & 1)
+    fence_async_shared()  # cp.async writes (generic proxy) before wgmma reads (async proxy)
+    BLOCK_M: gl.constexpr = q_lo.shape[0]
+    BLOCK_N: gl.constexpr = kv_lo.shape[1]
     zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout)
-    s = warpgroup_mma(
-        q_smem, kv_bufs.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True
-    )
-    if H == 1:
-        s = warpgroup_mma(qpe_smem, pe_bufs.index(stage).permute((1, 0)), s, is_async=True)
-    return s
+    s = warpgroup_mma(q_lo, kv_lo.index(st).permute((1, 0)), zero, use_acc=False, is_async=True)
+    s = warpgroup_mma(q_hi, kv_hi.index(st).permute((1, 0)), s, is_async=True)
+    return warpgroup_mma(q_pe, pe_bufs.index(st).permute((1, 0)), s, is_async=True)
 
 
 @gluon.jit
-def _swap_partials(s_part, xbuf, xbar, g, H: gl.constexpr, s_layout: gl.constexpr):
-    """Full S of block g: publish this warpgroup's partial, read the other's, add (same order)."""
-    slot = g % 2
-    phase = (g // 2) & 1
-    xbuf.index(H * 2 + slot).store(s_part)
-    gl.thread_barrier()
-    mbarrier.arrive(xbar.index(H * 2 + slot), count=1)
-    mbarrier.wait(xbar.index((1 - H) * 2 + slot), phase)
-    other = xbuf.index((1 - H) * 2 + slot).load(s_layout)
-    if H == 0:
-        return s_part + other
-    else:
-        return other + s_part
-
-
-@gluon.jit
-def _softmax_step(s, m_i, l_i, cols, causal_lim, hi, qk_scale):
-    """Masked online-softmax step in base 2: (p, alpha, m_new, l_new)."""
+def _softmax_step(s, m_i, l_i, start, min_lim, causal_lim, hi, qk_scale, BLOCK_N: gl.constexpr):
+    """Online-softmax step in base 2 over keys [start, start + BLOCK_N): (p, alpha, m, l).
+    The mask is applied only where some key of the block is past a row's causal bound or hi."""
     s = s * qk_scale
-    keep = (cols[None, :] <= causal_lim[:, None]) & (cols[None, :] < hi)
-    s = gl.where(keep, s, float("-inf"))
+    if (start + BLOCK_N - 1 > min_lim) | (start + BLOCK_N > hi):
+        cols = start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
+        keep = (cols[None, :] <= causal_lim[:, None]) & (cols[None, :] < hi)
+        s = gl.where(keep, s, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, 1))
     # a row that has seen no key yet keeps m = -inf; use 0 so exp2 gives 0, not NaN
     m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = gl.exp2(m_i - m_use)
     p = gl.exp2(s - m_use[:, None])
-    l_new = l_i * alpha + gl.sum(p, 1)
-    return p, alpha, m_new, l_new
+    return p, alpha, m_new, l_i * alpha + gl.sum(p, 1)
 
 
 @gluon.jit
-def _half_partition(
-    q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, qo_indptr_ptr, kv_indptr_ptr, kv_indices_ptr,
-    out_ptr, lse_ptr,
-    stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, stride_ckv_p, stride_kpe_p,
+def _publish_p(p, alpha, g, pe_bufs, alpha_s, p_ready):
+    """P (bf16) of block g into its stage's kpe slot (its Q K^T is done), alpha beside it."""
+    st = g % NUM_STAGES
+    pe_bufs.index(st).store(p)
+    alpha_s.index(st).store(alpha)
+    fence_async_shared()
+    gl.thread_barrier()
+    mbarrier.arrive(p_ready.index(st), count=1)
+
+
+@gluon.jit
+def _softmax_partition(
+    q_nope_ptr, q_pe_ptr, qo_indptr_ptr, kv_indptr_ptr, out_ptr, lse_ptr,
+    stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h,
     stride_o_s, stride_o_t, stride_o_h, stride_l_s, stride_l_t, stride_l_h,
     total_q, batch, qk_scale,
-    q_smem, qpe_smem, kv_bufs, pe_bufs, xbuf, xbar,
-    H: gl.constexpr, NUM_HEADS: gl.constexpr, HEAD_KPE: gl.constexpr, BLOCK_T: gl.constexpr,
+    q_lo, q_hi, q_pe, kv_lo, kv_hi, pe_bufs, alpha_s, l_s, ready, empty, p_ready, fin,
+    NUM_HEADS: gl.constexpr, HEAD_KPE: gl.constexpr, BLOCK_T: gl.constexpr,
     BLOCK_N: gl.constexpr, MIN_CHUNK: gl.constexpr,
 ):  # fmt: skip
     BLOCK_M: gl.constexpr = BLOCK_T * NUM_HEADS
@@ -150,158 +289,97 @@ def _half_partition(
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF, 16]
     )
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    q_ld: gl.constexpr = LD_KV
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
 
-    num_tiles = gl.cdiv(total_q, BLOCK_T)
-    tile = num_tiles - 1 - gl.program_id(0)  # longest causal range first
-    split = gl.program_id(1)
-    num_splits = gl.num_programs(1)
-    tok0 = tile * BLOCK_T
-    tok_end = gl.minimum(tok0 + BLOCK_T, total_q)
+    tok0, tok_end = _tile_tokens(total_q, BLOCK_T)
 
-    # this warpgroup's Q columns, into shared memory once (A operand of every Q K^T)
-    offs_qm = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, q_ld))
-    q_tok = (tok0 + offs_qm // NUM_HEADS).to(gl.int64)
+    # Q into shared memory once (cp.async; rows past total_q read as zeros), in flight during the
+    # search for the tile's first sequence
+    offs_qm = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LD_KV))
     q_ok = (tok0 + offs_qm // NUM_HEADS) < total_q
-    q_row = q_tok * stride_qn_t + (offs_qm % NUM_HEADS) * stride_qn_h
-    q_cols = H * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(0, q_ld))
-    q = gl.load(q_nope_ptr + q_row[:, None] + q_cols[None, :], mask=q_ok[:, None], other=0.0)
-    q_smem.store(q)
-    if H == 1:
-        pe_ld: gl.constexpr = LD_PE
-        offs_pm = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, pe_ld))
-        p_tok = (tok0 + offs_pm // NUM_HEADS).to(gl.int64)
-        p_ok = (tok0 + offs_pm // NUM_HEADS) < total_q
-        p_row = p_tok * stride_qp_t + (offs_pm % NUM_HEADS) * stride_qp_h
-        pe_cols = gl.arange(0, HEAD_KPE, layout=gl.SliceLayout(0, pe_ld))
-        qpe = gl.load(q_pe_ptr + p_row[:, None] + pe_cols[None, :], mask=p_ok[:, None], other=0.0)
-        qpe_smem.store(qpe)
+    q_row = (tok0 + offs_qm // NUM_HEADS).to(gl.int64) * stride_qn_t + (
+        offs_qm % NUM_HEADS
+    ) * stride_qn_h
+    q_ptrs = (
+        q_nope_ptr + q_row[:, None] + gl.arange(0, HALF, layout=gl.SliceLayout(0, LD_KV))[None, :]
+    )
+    async_copy.async_copy_global_to_shared(q_lo, q_ptrs, mask=q_ok[:, None])
+    async_copy.async_copy_global_to_shared(q_hi, q_ptrs + HALF, mask=q_ok[:, None])
+    offs_pm = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LD_PE))
+    pe_ok = (tok0 + offs_pm // NUM_HEADS) < total_q
+    pe_row = (tok0 + offs_pm // NUM_HEADS).to(gl.int64) * stride_qp_t + (
+        offs_pm % NUM_HEADS
+    ) * stride_qp_h
+    pe_cols = gl.arange(0, HEAD_KPE, layout=gl.SliceLayout(0, LD_PE))
+    async_copy.async_copy_global_to_shared(
+        q_pe, q_pe_ptr + pe_row[:, None] + pe_cols[None, :], mask=pe_ok[:, None]
+    )
+    async_copy.commit_group()
+    b, q_start, q_end, kv_start, kv_end = _first_seq(qo_indptr_ptr, kv_indptr_ptr, tok0, batch)
+    async_copy.wait_group(0)
     fence_async_shared()
     gl.thread_barrier()
 
-    # rows of the MMA tiles: token-major, 16 heads each
     offs_m = gl.arange(0, BLOCK_M, layout=row_s)
     row_tok = tok0 + offs_m // NUM_HEADS
-    offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
     offs_mo = gl.arange(0, BLOCK_M, layout=row_o)
     row_tok_o = tok0 + offs_mo // NUM_HEADS
-    offs_d = H * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(0, o_layout))
+    offs_d = HALF + gl.arange(0, HALF, layout=gl.SliceLayout(0, o_layout))
 
-    # first sequence of this tile (largest b with qo_indptr[b] <= tok0), by binary search
-    b_lo = tok0 * 0
-    b_hi = batch - 1
-    while b_lo < b_hi:
-        mid = (b_lo + b_hi + 1) // 2
-        if gl.load(qo_indptr_ptr + mid) <= tok0:
-            b_lo = mid
-        else:
-            b_hi = mid - 1
-    b = b_lo
-    q_start = gl.load(qo_indptr_ptr + b)
-    it = tok0 * 0  # KV blocks consumed so far: stage and swap-slot bookkeeping of both halves
+    it = tok0 * 0
     while (q_start < tok_end) & (b < batch):
-        q_end = gl.load(qo_indptr_ptr + b + 1)
-        kv_start = gl.load(kv_indptr_ptr + b)
-        kv_len = gl.load(kv_indptr_ptr + b + 1) - kv_start
-        prefix = kv_len - (q_end - q_start)
+        lo, hi, n, prefix = _seq_range(
+            b, q_start, q_end, kv_start, kv_end, tok_end, BLOCK_N, MIN_CHUNK
+        )
         in_seq = (row_tok >= q_start) & (row_tok < q_end)
         causal_lim = gl.where(in_seq, prefix + (row_tok - q_start), -1)
-        i_last = gl.minimum(tok_end, q_end) - 1 - q_start
-        kv_hi = gl.maximum(gl.minimum(kv_len, prefix + i_last + 1), 0)
-        if MIN_CHUNK > 0:
-            chunk = gl.maximum(gl.cdiv(gl.cdiv(kv_hi, num_splits), BLOCK_N) * BLOCK_N, MIN_CHUNK)
-            lo = gl.minimum(split * chunk, kv_hi)
-            hi = gl.minimum(lo + chunk, kv_hi)
-        else:
-            lo = kv_hi * 0
-            hi = kv_hi
-        idx_ptr = kv_indices_ptr + kv_start
-        n = gl.cdiv(hi - lo, BLOCK_N)
-
+        min_lim = gl.min(causal_lim, 0)
         acc = gl.zeros([BLOCK_M, HALF], gl.float32, layout=o_layout)
         m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=row_s)
         l_i = gl.zeros([BLOCK_M], gl.float32, layout=row_s)
         if n > 0:
-            # prologue: blocks 0 and 1 in flight, S of block 0
-            for k in gl.static_range(NUM_STAGES - 1):
-                pg, pg_pe = _load_pages(idx_ptr, lo + k * BLOCK_N, hi, H, BLOCK_N)
-                _issue_gather(
-                    kv_bufs, pe_bufs, (it + k) % NUM_STAGES, ckv_ptr, kpe_ptr, stride_ckv_p,
-                    stride_kpe_p, pg, pg_pe, lo + k * BLOCK_N, hi, H, BLOCK_N, HEAD_KPE,
-                )  # fmt: skip
-            pg, pg_pe = _load_pages(idx_ptr, lo + (NUM_STAGES - 1) * BLOCK_N, hi, H, BLOCK_N)
-            async_copy.wait_group(NUM_STAGES - 2)
-            gl.thread_barrier()
-            fence_async_shared()
-            s_tok = _issue_qk(q_smem, qpe_smem, kv_bufs, pe_bufs, it % NUM_STAGES, H, s_layout)
-            s_part = warpgroup_mma_wait(0, deps=[s_tok])
-            s = _swap_partials(s_part, xbuf, xbar, it, H, s_layout)
-            acc = warpgroup_mma_init(acc)  # loop-carried as an in-flight accumulator
-            for j in range(0, n - 1):
-                g = it + j
-                cols = lo + j * BLOCK_N + offs_n
-                # block j-1's P V is done: its buffer takes block j + 2
-                acc = warpgroup_mma_wait(0, deps=[acc])
-                gl.thread_barrier()
-                _issue_gather(
-                    kv_bufs, pe_bufs, (g + 2) % NUM_STAGES, ckv_ptr, kpe_ptr, stride_ckv_p,
-                    stride_kpe_p, pg, pg_pe, lo + (j + 2) * BLOCK_N, hi, H, BLOCK_N, HEAD_KPE,
-                )  # fmt: skip
-                pg, pg_pe = _load_pages(idx_ptr, lo + (j + 3) * BLOCK_N, hi, H, BLOCK_N)
-                async_copy.wait_group(NUM_STAGES - 2)  # block j + 1 has landed
-                gl.thread_barrier()
-                fence_async_shared()
-                s_tok = _issue_qk(
-                    q_smem, qpe_smem, kv_bufs, pe_bufs, (g + 1) % NUM_STAGES, H, s_layout
+            for k in range(0, n):
+                g = it + k
+                st = g % NUM_STAGES
+                s = warpgroup_mma_wait(
+                    0, deps=[_issue_qk(q_lo, q_hi, q_pe, kv_lo, kv_hi, pe_bufs, ready, g, s_layout)]
                 )
-                p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, cols, causal_lim, hi, qk_scale)
+                p, alpha, m_i, l_i = _softmax_step(
+                    s, m_i, l_i, lo + k * BLOCK_N, min_lim, causal_lim, hi, qk_scale, BLOCK_N
+                )
                 acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-                p_op = gl.convert_layout(p.to(gl.bfloat16), p_layout)
-                acc = warpgroup_mma(p_op, kv_bufs.index(g % NUM_STAGES), acc, is_async=True)
-                s_part = warpgroup_mma_wait(1, deps=[s_tok])  # Q K^T of block j + 1
-                s = _swap_partials(s_part, xbuf, xbar, g + 1, H, s_layout)
-            # last block
-            g = it + n - 1
-            cols = lo + (n - 1) * BLOCK_N + offs_n
-            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, cols, causal_lim, hi, qk_scale)
-            acc = warpgroup_mma_wait(0, deps=[acc])
-            acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-            p_op = gl.convert_layout(p.to(gl.bfloat16), p_layout)
-            acc = warpgroup_mma(p_op, kv_bufs.index(g % NUM_STAGES), acc, is_async=True)
-            acc = warpgroup_mma_wait(0, deps=[acc])
-            async_copy.wait_group(0)  # the zero-filled prefetches past the range
+                p = p.to(gl.bfloat16)
+                # own half of P V from registers; P to shared memory for the loader's half meanwhile
+                acc = warpgroup_mma(
+                    gl.convert_layout(p, p_layout), kv_hi.index(st), acc, is_async=True
+                )
+                _publish_p(p, alpha, g, pe_bufs, alpha_s, p_ready)
+                acc = warpgroup_mma_wait(0, deps=[acc])
+                gl.thread_barrier()  # every warp's part of the MMA is done, not just the arriver's
+                mbarrier.arrive(empty.index(st), count=1)  # block g is done with its stage
+            # the row sums to the loader warpgroup, for its half of the output
+            l_s.store(l_i)
             gl.thread_barrier()
+            mbarrier.arrive(fin.index(0), count=1)
         it += n
 
+        l_o = gl.convert_layout(l_i, row_o)
+        _store_rows(out_ptr, acc, l_o, row_tok_o, offs_mo, offs_d, q_start, q_end, stride_o_s,
+                    stride_o_t, stride_o_h, NUM_HEADS, MIN_CHUNK)  # fmt: skip
         seen = l_i > 0.0
-        l_div = gl.where(seen, l_i, 1.0)
-        o = acc / gl.convert_layout(l_div, row_o)[:, None]
-        in_seq_o = (row_tok_o >= q_start) & (row_tok_o < q_end)
-        o_rows = (
-            split * stride_o_s
-            + row_tok_o.to(gl.int64) * stride_o_t
-            + (offs_mo % NUM_HEADS) * stride_o_h
+        lse = gl.where(seen, m_i + gl.log2(gl.where(seen, l_i, 1.0)), float("-inf"))
+        l_ptrs = (
+            lse_ptr
+            + gl.program_id(1) * stride_l_s
+            + row_tok.to(gl.int64) * stride_l_t
+            + (offs_m % NUM_HEADS) * stride_l_h
         )
-        o_ptrs = out_ptr + o_rows[:, None] + offs_d[None, :]
-        if MIN_CHUNK > 0:
-            seen_o = gl.convert_layout(seen, row_o)
-            gl.store(o_ptrs, o.to(out_ptr.dtype.element_ty), mask=(in_seq_o & seen_o)[:, None])
-        else:
-            gl.store(o_ptrs, o.to(out_ptr.dtype.element_ty), mask=in_seq_o[:, None])
-        if H == 0:
-            lse = gl.where(seen, m_i + gl.log2(l_div), float("-inf"))
-            l_ptrs = (
-                lse_ptr
-                + split * stride_l_s
-                + row_tok.to(gl.int64) * stride_l_t
-                + (offs_m % NUM_HEADS) * stride_l_h
-            )
-            gl.store(l_ptrs, lse, mask=in_seq)
-        b += 1
-        q_start = q_end
+        gl.store(l_ptrs, lse, mask=in_seq)
+        b, q_start, q_end, kv_start, kv_end = _next_seq(
+            qo_indptr_ptr, kv_indptr_ptr, b, q_end, kv_end, batch
+        )
 
 
 @gluon.jit
@@ -315,48 +393,52 @@ def _mla_prefill_ws_kernel(
     BLOCK_T: gl.constexpr, BLOCK_N: gl.constexpr, MIN_CHUNK: gl.constexpr,
 ):  # fmt: skip
     """Same arguments and contract as ``attention._mla_prefill_kernel``; launch with num_warps=4
-    (the default partition) - the second warpgroup is the worker partition."""
+    (the softmax warpgroup); the loader warpgroup is the worker partition."""
     gl.static_assert(HEAD_CKV == 2 * HALF)
     BLOCK_M: gl.constexpr = BLOCK_T * NUM_HEADS
     gl.static_assert(BLOCK_M == 64)
+    gl.static_assert(BLOCK_N == HEAD_KPE)  # P (BLOCK_M x BLOCK_N) reuses a kpe slot
     dt: gl.constexpr = q_nope_ptr.dtype.element_ty
     q_l: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HALF], dt)
     qpe_l: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_KPE], dt)
     kv_l: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HALF], dt)
     pe_l: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_KPE], dt)
-    x_l: gl.constexpr = gl.SwizzledSharedLayout(2, 1, 8, [1, 0])
-    q0_smem = gl.allocate_shared_memory(dt, [BLOCK_M, HALF], q_l)
-    q1_smem = gl.allocate_shared_memory(dt, [BLOCK_M, HALF], q_l)
-    qpe_smem = gl.allocate_shared_memory(dt, [BLOCK_M, HEAD_KPE], qpe_l)
-    kv0_bufs = gl.allocate_shared_memory(dt, [NUM_STAGES, BLOCK_N, HALF], kv_l)
-    kv1_bufs = gl.allocate_shared_memory(dt, [NUM_STAGES, BLOCK_N, HALF], kv_l)
+    vec_l: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    q_lo = gl.allocate_shared_memory(dt, [BLOCK_M, HALF], q_l)
+    q_hi = gl.allocate_shared_memory(dt, [BLOCK_M, HALF], q_l)
+    q_pe = gl.allocate_shared_memory(dt, [BLOCK_M, HEAD_KPE], qpe_l)
+    kv_lo = gl.allocate_shared_memory(dt, [NUM_STAGES, BLOCK_N, HALF], kv_l)
+    kv_hi = gl.allocate_shared_memory(dt, [NUM_STAGES, BLOCK_N, HALF], kv_l)
     pe_bufs = gl.allocate_shared_memory(dt, [NUM_STAGES, BLOCK_N, HEAD_KPE], pe_l)
-    xbuf = gl.allocate_shared_memory(gl.float32, [4, BLOCK_M, BLOCK_N], x_l)
-    xbar = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(4):
-        mbarrier.init(xbar.index(i), count=1)
+    alpha_s = gl.allocate_shared_memory(gl.float32, [NUM_STAGES, BLOCK_M], vec_l)
+    l_s = gl.allocate_shared_memory(gl.float32, [BLOCK_M], vec_l)
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    p_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    fin = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(ready.index(i), count=128)  # one cp.async arrival per loader thread
+        mbarrier.init(empty.index(i), count=1)
+        mbarrier.init(p_ready.index(i), count=1)
+    mbarrier.init(fin.index(0), count=1)
 
     gl.warp_specialize(
         [
-            (_half_partition, (
-                q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, qo_indptr_ptr, kv_indptr_ptr,
-                kv_indices_ptr, out_ptr, lse_ptr,
-                stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, stride_ckv_p, stride_kpe_p,
+            (_softmax_partition, (
+                q_nope_ptr, q_pe_ptr, qo_indptr_ptr, kv_indptr_ptr, out_ptr, lse_ptr,
+                stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h,
                 stride_o_s, stride_o_t, stride_o_h, stride_l_s, stride_l_t, stride_l_h,
                 total_q, batch, qk_scale,
-                q0_smem, qpe_smem, kv0_bufs, pe_bufs, xbuf, xbar,
-                WG0, NUM_HEADS, HEAD_KPE, BLOCK_T, BLOCK_N, MIN_CHUNK,
+                q_lo, q_hi, q_pe, kv_lo, kv_hi, pe_bufs, alpha_s, l_s, ready, empty, p_ready, fin,
+                NUM_HEADS, HEAD_KPE, BLOCK_T, BLOCK_N, MIN_CHUNK,
             )),
-            (_half_partition, (
-                q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, qo_indptr_ptr, kv_indptr_ptr,
-                kv_indices_ptr, out_ptr, lse_ptr,
-                stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, stride_ckv_p, stride_kpe_p,
-                stride_o_s, stride_o_t, stride_o_h, stride_l_s, stride_l_t, stride_l_h,
-                total_q, batch, qk_scale,
-                q1_smem, qpe_smem, kv1_bufs, pe_bufs, xbuf, xbar,
-                WG1, NUM_HEADS, HEAD_KPE, BLOCK_T, BLOCK_N, MIN_CHUNK,
+            (_loader_partition, (
+                ckv_ptr, kpe_ptr, qo_indptr_ptr, kv_indptr_ptr, kv_indices_ptr, out_ptr,
+                stride_ckv_p, stride_kpe_p, stride_o_s, stride_o_t, stride_o_h, total_q, batch,
+                kv_lo, kv_hi, pe_bufs, alpha_s, l_s, ready, empty, p_ready, fin,
+                NUM_HEADS, HEAD_KPE, BLOCK_T, BLOCK_N, MIN_CHUNK,
             )),
         ],
         [4],
-        [256],  # both warpgroups run the same code: no register moves between them
+        [256],
     )  # fmt: skip

@@ -31,6 +31,11 @@ def _num_sms(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+@functools.lru_cache(maxsize=None)
+def _compute_capability(device_index: int) -> Tuple[int, int]:
+    return torch.cuda.get_device_capability(device_index)
+
+
 def mla_paged_prefill(
     q_nope: torch.Tensor,
     q_pe: torch.Tensor,
@@ -88,16 +93,18 @@ def mla_paged_prefill(
     if total_q == 0:
         return output, lse
 
+    cc = (0, 0) if interpret else _compute_capability(q_nope.device.index or 0)
     if config is None:
         num_sms = NUM_SMS_HOPPER if interpret else _num_sms(q_nope.device.index or 0)
-        config = choose_config(total_q, batch, num_kv, num_sms=num_sms, interpret=interpret)
+        config = choose_config(
+            total_q, batch, num_kv, num_sms=num_sms, interpret=interpret, hopper=cc[0] == 9
+        )
 
     bad = config.problems()
     if config.kernel == "gluon" and interpret:
         bad.append("the gluon kernel does not run under TRITON_INTERPRET=1")
-    elif config.kernel == "gluon" and torch.cuda.get_device_capability(q_nope.device)[0] != 9:
-        cc = "".join(map(str, torch.cuda.get_device_capability(q_nope.device)))
-        bad.append(f"the gluon kernel needs a Hopper GPU (sm_90), this one is sm_{cc}")
+    elif config.kernel == "gluon" and cc[0] != 9:
+        bad.append(f"the gluon kernel needs a Hopper GPU (sm_90), this one is sm_{cc[0]}{cc[1]}")
     if bad:
         raise ValueError("config: " + "; ".join(bad))
     split = config.split
