@@ -2,8 +2,11 @@
 registers/spills (ptxas -v) and where the barriers and waits landed.
 
     python benchmarks/experiments/gluon_compile.py [block_n] [--split]
+
+Also used by tests/test_gluon_compile.py (CI has no GPU, but it can compile for one).
 """
 
+import json
 import re
 import subprocess
 import sys
@@ -20,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from ttgir_buffers import signature  # noqa: E402  (sibling experiment script)
 
 
-def compile_ws(block_n=32, split=False):
+def compile_ws(block_n=64, split=False):
     sig, attrs = signature(_mla_prefill_ws_kernel.arg_names, split)
     consts = dict(NUM_HEADS=16, HEAD_CKV=512, HEAD_KPE=64, BLOCK_T=4, BLOCK_N=block_n,
                   MIN_CHUNK=128 if split else 0)  # fmt: skip
@@ -28,9 +31,26 @@ def compile_ws(block_n=32, split=False):
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
 
 
+def ptxas_report(kernel):
+    """ptxas -v for sm_90a on the kernel's PTX: (return code, its report)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(kernel.asm["ptx"])
+    ptxas = triton.backends.nvidia.__path__[0] + "/bin/ptxas"
+    r = subprocess.run([ptxas, "-v", "-arch=sm_90a", f.name, "-o", "/dev/null"],
+                       capture_output=True, text=True)  # fmt: skip
+    Path(f.name).unlink()
+    return r.returncode, r.stderr.strip()
+
+
 def main(argv):
-    block_n = int(argv[0]) if argv and argv[0].isdigit() else 32
+    block_n = int(argv[0]) if argv and argv[0].isdigit() else 64
     k = compile_ws(block_n, "--split" in argv)
+    if "--json" in argv:  # for tests/test_gluon_compile.py
+        rc, report = ptxas_report(k)
+        ptx = k.asm["ptx"]
+        print(json.dumps(dict(shared=k.metadata.shared, wgmma="wgmma.mma_async" in ptx,
+                              ptxas_rc=rc, ptxas=report)))  # fmt: skip
+        return
     print("shared bytes", k.metadata.shared, "warps", k.metadata.num_warps)
     ptx = k.asm["ptx"]
     print("setmaxnreg", re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32 (\d+)", ptx))
@@ -40,12 +60,7 @@ def main(argv):
         "wgmma",
         len(re.findall(r"wgmma\.mma_async", ptx)),
     )
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
-        f.write(ptx)
-    ptxas = triton.backends.nvidia.__path__[0] + "/bin/ptxas"
-    r = subprocess.run([ptxas, "-v", "-arch=sm_90a", f.name, "-o", "/dev/null"],
-                       capture_output=True, text=True)  # fmt: skip
-    print(r.stderr.strip()[-600:])
+    print(ptxas_report(k)[1][-600:])
 
 
 if __name__ == "__main__":
