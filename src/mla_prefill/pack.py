@@ -34,7 +34,7 @@ OURS = SolutionSpec(
     author=AUTHOR,
     language="triton",
     target_hardware=["NVIDIA H200"],
-    dependencies=["torch", "triton>=3.6"],
+    dependencies=["torch", "triton>=3.6,<3.7"],  # Gluon API of 3.6 (3.9 renamed cp.async)
     description=(
         f"mla-prefill {__version__}: Triton MLA paged causal prefill; heads packed into MMA rows, "
         "one gathered KV tile for QK^T and PV, base-2 online softmax, split-KV for decode-like "
