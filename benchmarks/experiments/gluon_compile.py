@@ -45,14 +45,13 @@ def ptxas_report(kernel):
 def main(argv):
     block_n = int(argv[0]) if argv and argv[0].isdigit() else 64
     k = compile_ws(block_n, "--split" in argv)
+    ptx = k.asm["ptx"]
     if "--json" in argv:  # for tests/test_gluon_compile.py
         rc, report = ptxas_report(k)
-        ptx = k.asm["ptx"]
         print(json.dumps(dict(shared=k.metadata.shared, wgmma="wgmma.mma_async" in ptx,
                               ptxas_rc=rc, ptxas=report)))  # fmt: skip
         return
     print("shared bytes", k.metadata.shared, "warps", k.metadata.num_warps)
-    ptx = k.asm["ptx"]
     print("setmaxnreg", re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32 (\d+)", ptx))
     print(
         "bar.sync",
