@@ -17,14 +17,18 @@ def pytest_configure(config):
     if config.getoption("--device") == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
     config.addinivalue_line("markers", "gpu: needs --device cuda")
+    config.addinivalue_line("markers", "cpu_only: describes the CPU (interpreter) path")
 
 
 def pytest_collection_modifyitems(config, items):
     if config.getoption("--device") == "cuda":
-        return
-    skip = pytest.mark.skip(reason="GPU test: run with --device cuda on a CUDA machine")
+        skip = pytest.mark.skip(reason="describes the CPU (interpreter) path")
+        marker = "cpu_only"
+    else:
+        skip = pytest.mark.skip(reason="GPU test: run with --device cuda on a CUDA machine")
+        marker = "gpu"
     for item in items:
-        if "gpu" in item.keywords:
+        if marker in item.keywords:
             item.add_marker(skip)
 
 

@@ -1,5 +1,6 @@
 """The pieces of `mla-prefill bench` that do not need a GPU: inputs, refill, our call, compare."""
 
+import pytest
 import torch
 
 from mla_prefill.bench import compare, make_inputs, ours, refill_
@@ -49,3 +50,16 @@ def test_summary_buckets_count_workloads_meeting_the_bar():
     assert (small["workloads"], small["meeting_target"]) == (2, 1)
     assert (large["workloads"], large["meeting_target"]) == (1, 1)
     assert s["all_correct"] and s["all_host_ahead"]
+
+
+def test_parse_configs():
+    from mla_prefill.bench import parse_configs
+
+    tri, glu = parse_configs("4,64,1,8,2;g:4,64,1,4,2")
+    assert (tri.kernel, tri.block_t, tri.num_warps, tri.num_stages) == ("triton", 4, 8, 2)
+    assert (glu.kernel, glu.block_n) == ("gluon", 64)
+    assert parse_configs("1,32,12,4,2,256")[0].min_chunk == 256
+    assert parse_configs(None) == []
+    for bad in ("g:1,32,1,4,2", "4,64,1"):  # gluon takes 4 x 64 only; too few numbers
+        with pytest.raises(ValueError, match="--configs"):
+            parse_configs(bad)

@@ -155,8 +155,29 @@ def test_dps_entry_point_signature(device, reference):
     assert_close("lse", lse, ref_lse)
 
 
+@pytest.mark.parametrize("gluon_api", [True, False])
+def test_default_config_on_hopper_needs_the_gluon_api(gluon_api, monkeypatch):
+    """On an sm_90 device the 64-row tiles go to the Gluon kernel only when this Triton has the
+    Gluon API it is written against; otherwise the Triton kernel (no compile error at run time)."""
+    from mla_prefill.kernel import main
+
+    monkeypatch.setattr(main, "is_interpreter", lambda: False)
+    monkeypatch.setattr(main, "_compute_capability", lambda index: (9, 0))
+    monkeypatch.setattr(main, "_num_sms", lambda index: 132)
+    monkeypatch.setattr(main, "gluon_available", lambda: gluon_api)
+    cfg = main.default_config(16384, 1, 16387, torch.device("cuda", 0))
+    assert cfg.kernel == ("gluon" if gluon_api else "triton") and cfg.block_t == 4
+    assert main.default_config(16384, 1, 16387, torch.device("cpu")).kernel == "triton"
+
+
 def test_choose_config_from_shapes_only():
     assert choose_config(1, 1, 34).block_t == 1
+    # short single-sequence ranges: as few pipeline stages / steps as the range needs
+    assert (choose_config(3, 1, 5).block_n, choose_config(3, 1, 5).num_stages) == (16, 2)
+    assert (choose_config(17, 1, 19).block_n, choose_config(17, 1, 19).num_stages) == (32, 2)
+    assert (choose_config(1, 1, 34).block_n, choose_config(1, 1, 34).num_stages) == (64, 1)
+    assert (choose_config(96, 1, 98).block_n, choose_config(96, 1, 98).num_stages) == (32, 3)
+    assert choose_config(4, 4, 121).num_stages == 3  # several sequences: the longest decides
     decode = choose_config(22, 22, 17759)  # decode-like: split the long KV ranges
     assert decode.split and 22 * decode.num_splits <= 3 * 132 and not decode.problems()
     assert choose_config(22, 22, 17759, num_sms=1).num_splits == 1

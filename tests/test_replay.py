@@ -55,6 +55,7 @@ def n_workloads(root: Path) -> int:
     return sum(1 for _ in open(root / "workloads" / "mla_paged" / f"{DEFINITION_NAME}.jsonl"))
 
 
+@pytest.mark.cpu_only  # the traces name the interpreter as their hardware
 def test_run_writes_traces_then_resumes_with_no_work(root, capsys):
     assert cli_main(["run", "--root", str(root), "--workload", "7b", "0c"]) == 0
     first = read_traces(trace_file(root, OURS))
@@ -101,6 +102,7 @@ def test_interrupted_write_keeps_the_old_file(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["t.jsonl"]  # no temporary file left
 
 
+@pytest.mark.cpu_only  # the kill must land mid-run: timed for the interpreter's pace
 def test_sigkill_mid_run_leaves_parseable_traces_and_resume_completes(root):
     body = (
         "import time\n"

@@ -162,16 +162,13 @@ def check_batch(batch: Batch, device: str, fn=None, atol=1e-2, rtol=1e-2) -> dic
 
 def _launch(batch: Batch, device: str) -> dict:
     """The kernel and KV split count our launcher picks for this batch (the path it exercised)."""
-    from mla_prefill.kernel.config import NUM_SMS_HOPPER, choose_config
+    from mla_prefill.kernel.main import default_config
 
     T = sum(q for q, _ in batch.lengths)
     if T == 0:
         return {"kernel": "none", "num_splits": 0}
-    cuda = device == "cuda"
-    sms = torch.cuda.get_device_properties(0).multi_processor_count if cuda else NUM_SMS_HOPPER
-    hopper = cuda and torch.cuda.get_device_capability(0)[0] == 9
     n_kv = sum(k for _, k in batch.lengths)
-    cfg = choose_config(T, len(batch.lengths), n_kv, num_sms=sms, interpret=not cuda, hopper=hopper)
+    cfg = default_config(T, len(batch.lengths), n_kv, torch.device(device))
     return {"kernel": cfg.kernel, "num_splits": cfg.num_splits}
 
 

@@ -85,12 +85,15 @@ def choose_config(
       token per tile (16 rows) and 32-position KV steps (16 when sequences average <= 16
       positions), 3 pipeline stages (two gathers in flight): more programs in flight, no MMA rows
       spent on a neighbour sequence's query, and short dependent-load chains. Measured on H200
-      (NOTES.md, session 3): 138-287 tokens run 1.05-1.7x faster this way than on 64-row tiles,
-      376 and 473 tokens 0.98x / 0.93x, hence the bound.
+      (benchmarks/NOTES.md, session 3): 138-287 tokens run 1.05-1.7x faster this way than on
+      64-row tiles, 376 and 473 tokens 0.98x / 0.93x, hence the bound. Ranges of one or two
+      steps (sequences averaging <= 16 positions; a single sequence of <= 32) take 2 stages, and
+      a single sequence of 33-64 positions one 64-position step: 0.4-1.2 us less on 7-11 us
+      single-sequence workloads (session 5).
     - Otherwise 4 tokens (64 rows): the widest tile whose fp32 ``[64, 512]`` accumulator fits the
       register file of two warpgroups. On Hopper (``hopper``, never under the interpreter) these
-      tiles run the warp-specialised Gluon kernel (64-key blocks): 1.3-1.75x the Triton kernel's
-      speed on every >= 473-token workload measured (NOTES.md, session 4).
+      tiles run the warp-specialised Gluon kernel (64-key blocks): 1.27-1.88x the Triton
+      kernel's speed on every workload from 199 tokens up (benchmarks/NOTES.md, session 4).
     - When the query tiles leave SMs idle, sequences average >= 256 KV positions and the prefix
       dominates (at least as many KV positions as queries again), every tile's
       KV range is split over about two waves of programs (``num_splits`` per tile), no piece
@@ -106,6 +109,10 @@ def choose_config(
     if (4 if gluon else 2) * total_q <= 5 * num_sms:
         # 16-position steps when sequences are that short (half the gather and MMA of a step)
         block_t, block_n, num_warps, num_stages = 1, 16 if avg_kv <= 16 else 32, 4, 3
+        if avg_kv <= 16 or (batch == 1 and avg_kv <= 32):
+            num_stages = 2  # one or two steps: a third buffer only lengthens the prologue
+        elif batch == 1 and avg_kv <= 64:
+            block_n, num_stages = 64, 1  # one step: one gather instead of a chain of two
     else:
         block_t, block_n, num_warps, num_stages = 4, 64, 8, 2
     kernel = "gluon" if gluon and block_t == 4 else "triton"

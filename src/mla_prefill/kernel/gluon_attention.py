@@ -7,15 +7,17 @@ facts only, no code taken):
 - the *softmax* warpgroup (default partition) holds Q in shared memory, computes the full
   ``S = Q K^T`` of every block (contraction 512 + 64, N = 64 keys), the online softmax, writes
   ``P`` (bf16) and the row rescale factor to shared memory, and accumulates output columns
-  [256, 512). ``Q K^T`` of block j+1 is issued before the softmax of block j, so the tensor
-  cores work while the CUDA cores do the softmax.
+  [256, 512). Per block it is serial, as FlashInfer's consumer is: ``Q K^T``, wait, softmax,
+  ``P V``, wait, release (issuing ``Q K^T`` of block j+1 before the softmax of block j was 1.3x
+  slower with two stages: it exposes a full gather per block; benchmarks/NOTES.md, session 4).
 - the *loader* warpgroup gathers every KV block with cp.async (page indices loaded one block
   ahead; rows past the range re-read the range's last page, so no copy is predicated), signals
   arrival through an mbarrier (``cp.async.mbarrier.arrive.noinc``, one arrival per thread), and
   accumulates output columns [0, 256) from the ``P`` the softmax warpgroup published.
 
 Shared memory: Q 72 KB, two KV stages of 72 KB (ckv as two 256-column halves + kpe); ``P`` of a
-block overwrites that block's kpe slot once its ``Q K^T`` is done (same shape and layout). The
+block overwrites that block's kpe slot once every warp's part of its ``Q K^T`` is done (same
+shape and layout). The
 stage is released (``empty``) when the softmax warpgroup's ``P V`` of it has completed; the
 loader's own ``P V`` of a stage completes before it refills that stage.
 
@@ -41,6 +43,11 @@ LD_PE = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0]))
 # the indptr arrays of batches below SCAN sequences, read whole (every warp holds all of it)
 SCAN = gl.constexpr(128)
 SCAN_L = gl.constexpr(gl.BlockedLayout([4], [32], [4], [0]))
+# accumulator of one warpgroup's 64 x 256 output columns (wgmma, N = 256), and its rows
+O_LAYOUT = gl.constexpr(
+    gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF, 16])
+)
+ROW_O = gl.constexpr(gl.SliceLayout(1, O_LAYOUT))
 
 
 @gluon.jit
@@ -161,11 +168,11 @@ def _issue_gather(kv_lo, kv_hi, pe_bufs, st, ckv_ptr, kpe_ptr, stride_ckv_p, str
 
 
 @gluon.jit
-def _pv_lo(acc, g, kv_lo, pe_bufs, alpha_s, p_ready, row_o: gl.constexpr):
+def _pv_lo(acc, g, kv_lo, pe_bufs, alpha_s, p_ready):
     """acc = acc * alpha + P . V[:, 0:256] for block g, once the softmax warpgroup published P."""
     st = g % NUM_STAGES
     mbarrier.wait(p_ready.index(st), (g // NUM_STAGES) & 1)
-    alpha = alpha_s.index(st).load(row_o)
+    alpha = alpha_s.index(st).load(ROW_O)
     acc = warpgroup_mma(pe_bufs.index(st), kv_lo.index(st), acc * alpha[:, None], is_async=True)
     acc = warpgroup_mma_wait(0, deps=[acc])
     gl.thread_barrier()  # each warp's wait covers its own part: all done before a refill
@@ -181,12 +188,8 @@ def _loader_partition(
     BLOCK_N: gl.constexpr, MIN_CHUNK: gl.constexpr,
 ):  # fmt: skip
     BLOCK_M: gl.constexpr = BLOCK_T * NUM_HEADS
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF, 16]
-    )
-    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    offs_m = gl.arange(0, BLOCK_M, layout=row_o)
-    offs_d = gl.arange(0, HALF, layout=gl.SliceLayout(0, o_layout))
+    offs_m = gl.arange(0, BLOCK_M, layout=ROW_O)
+    offs_d = gl.arange(0, HALF, layout=gl.SliceLayout(0, O_LAYOUT))
 
     tok0, tok_end = _tile_tokens(total_q, BLOCK_T)
     b, q_start, q_end, kv_start, kv_end = _first_seq(qo_indptr_ptr, kv_indptr_ptr, tok0, batch)
@@ -198,8 +201,8 @@ def _loader_partition(
             b, q_start, q_end, kv_start, kv_end, tok_end, BLOCK_N, MIN_CHUNK
         )
         idx_ptr = kv_indices_ptr + kv_start
-        acc = gl.zeros([BLOCK_M, HALF], gl.float32, layout=o_layout)
-        l_i = gl.zeros([BLOCK_M], gl.float32, layout=row_o)
+        acc = gl.zeros([BLOCK_M, HALF], gl.float32, layout=O_LAYOUT)
+        l_i = gl.zeros([BLOCK_M], gl.float32, layout=ROW_O)
         if n > 0:
             pages, pages_pe = _load_pages(idx_ptr, lo, hi, BLOCK_N)
             for k in range(0, n):
@@ -212,10 +215,10 @@ def _loader_partition(
                 async_copy.mbarrier_arrive(ready.index(st), increment_count=False)
                 pages, pages_pe = _load_pages(idx_ptr, lo + (k + 1) * BLOCK_N, hi, BLOCK_N)
                 if k > 0:
-                    acc = _pv_lo(acc, g - 1, kv_lo, pe_bufs, alpha_s, p_ready, row_o)
-            acc = _pv_lo(acc, it + n - 1, kv_lo, pe_bufs, alpha_s, p_ready, row_o)
+                    acc = _pv_lo(acc, g - 1, kv_lo, pe_bufs, alpha_s, p_ready)
+            acc = _pv_lo(acc, it + n - 1, kv_lo, pe_bufs, alpha_s, p_ready)
             mbarrier.wait(fin.index(0), nfin & 1)
-            l_i = l_s.load(row_o)
+            l_i = l_s.load(ROW_O)
             nfin += 1
         it += n
         _store_rows(out_ptr, acc, l_i, row_tok, offs_m, offs_d, q_start, q_end, stride_o_s,
@@ -286,12 +289,8 @@ def _softmax_partition(
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
     )
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF, 16]
-    )
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=2)
 
     tok0, tok_end = _tile_tokens(total_q, BLOCK_T)
 
@@ -324,9 +323,9 @@ def _softmax_partition(
 
     offs_m = gl.arange(0, BLOCK_M, layout=row_s)
     row_tok = tok0 + offs_m // NUM_HEADS
-    offs_mo = gl.arange(0, BLOCK_M, layout=row_o)
+    offs_mo = gl.arange(0, BLOCK_M, layout=ROW_O)
     row_tok_o = tok0 + offs_mo // NUM_HEADS
-    offs_d = HALF + gl.arange(0, HALF, layout=gl.SliceLayout(0, o_layout))
+    offs_d = HALF + gl.arange(0, HALF, layout=gl.SliceLayout(0, O_LAYOUT))
 
     it = tok0 * 0
     while (q_start < tok_end) & (b < batch):
@@ -336,7 +335,7 @@ def _softmax_partition(
         in_seq = (row_tok >= q_start) & (row_tok < q_end)
         causal_lim = gl.where(in_seq, prefix + (row_tok - q_start), -1)
         min_lim = gl.min(causal_lim, 0)
-        acc = gl.zeros([BLOCK_M, HALF], gl.float32, layout=o_layout)
+        acc = gl.zeros([BLOCK_M, HALF], gl.float32, layout=O_LAYOUT)
         m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=row_s)
         l_i = gl.zeros([BLOCK_M], gl.float32, layout=row_s)
         if n > 0:
@@ -346,10 +345,11 @@ def _softmax_partition(
                 s = warpgroup_mma_wait(
                     0, deps=[_issue_qk(q_lo, q_hi, q_pe, kv_lo, kv_hi, pe_bufs, ready, g, s_layout)]
                 )
+                gl.thread_barrier()  # every warp's part of Q K^T is done: P may take the kpe slot
                 p, alpha, m_i, l_i = _softmax_step(
                     s, m_i, l_i, lo + k * BLOCK_N, min_lim, causal_lim, hi, qk_scale, BLOCK_N
                 )
-                acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+                acc = acc * gl.convert_layout(alpha, ROW_O)[:, None]
                 p = p.to(gl.bfloat16)
                 # own half of P V from registers; P to shared memory for the loader's half meanwhile
                 acc = warpgroup_mma(
@@ -365,7 +365,7 @@ def _softmax_partition(
             mbarrier.arrive(fin.index(0), count=1)
         it += n
 
-        l_o = gl.convert_layout(l_i, row_o)
+        l_o = gl.convert_layout(l_i, ROW_O)
         _store_rows(out_ptr, acc, l_o, row_tok_o, offs_mo, offs_d, q_start, q_end, stride_o_s,
                     stride_o_t, stride_o_h, NUM_HEADS, MIN_CHUNK)  # fmt: skip
         seen = l_i > 0.0

@@ -36,6 +36,33 @@ def _compute_capability(device_index: int) -> Tuple[int, int]:
     return torch.cuda.get_device_capability(device_index)
 
 
+@functools.lru_cache(maxsize=None)
+def gluon_available() -> bool:
+    """Whether this Triton has the Gluon API the Hopper kernel is written against (3.6's: later
+    versions renamed ``async_copy_global_to_shared``). Without it Hopper runs the Triton kernel."""
+    try:
+        from triton.experimental.gluon.language.nvidia.hopper import async_copy
+    except ImportError:
+        return False
+    return hasattr(async_copy, "async_copy_global_to_shared")
+
+
+def default_config(
+    total_q: int, batch: int, num_kv_indices: int, device: torch.device
+) -> KernelConfig:
+    """The launch configuration ``mla_paged_prefill`` picks for these shapes on ``device``."""
+    on_gpu = not is_interpreter() and device.type == "cuda"
+    index = device.index or 0
+    return choose_config(
+        total_q,
+        batch,
+        num_kv_indices,
+        num_sms=_num_sms(index) if on_gpu else NUM_SMS_HOPPER,
+        interpret=is_interpreter(),
+        hopper=on_gpu and _compute_capability(index)[0] == 9 and gluon_available(),
+    )
+
+
 def mla_paged_prefill(
     q_nope: torch.Tensor,
     q_pe: torch.Tensor,
@@ -95,16 +122,15 @@ def mla_paged_prefill(
 
     cc = (0, 0) if interpret else _compute_capability(q_nope.device.index or 0)
     if config is None:
-        num_sms = NUM_SMS_HOPPER if interpret else _num_sms(q_nope.device.index or 0)
-        config = choose_config(
-            total_q, batch, num_kv, num_sms=num_sms, interpret=interpret, hopper=cc[0] == 9
-        )
+        config = default_config(total_q, batch, num_kv, q_nope.device)
 
     bad = config.problems()
     if config.kernel == "gluon" and interpret:
         bad.append("the gluon kernel does not run under TRITON_INTERPRET=1")
     elif config.kernel == "gluon" and cc[0] != 9:
         bad.append(f"the gluon kernel needs a Hopper GPU (sm_90), this one is sm_{cc[0]}{cc[1]}")
+    elif config.kernel == "gluon" and not gluon_available():
+        bad.append(f"the gluon kernel needs Triton 3.6's Gluon API, found {triton.__version__}")
     if bad:
         raise ValueError("config: " + "; ".join(bad))
     split = config.split
