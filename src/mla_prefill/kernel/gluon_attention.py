@@ -139,6 +139,25 @@ def _store_rows(out_ptr, o, l_i, row_tok, offs_m, offs_d, q_start, q_end, stride
              mask=keep[:, None])  # fmt: skip
 
 
+@gluon.jit
+def _store_rows_staged(buf, out_ptr, o, l_i, tok0, q_start, q_end, col0, stride_o_t, stride_o_h,
+                       NUM_HEADS: gl.constexpr):  # fmt: skip
+    """_store_rows for a launch without split, through shared memory: ``buf`` (a free 64 x 256
+    bf16 buffer: this warpgroup's half of Q once the tile's last Q K^T is done) turns the MMA
+    layout (4-byte pieces of 8 rows per store) into 16-byte pieces of whole rows."""
+    seen = l_i > 0.0
+    o = o / gl.where(seen, l_i, 1.0)[:, None]
+    buf.store(o.to(out_ptr.dtype.element_ty))
+    gl.thread_barrier()
+    v = buf.load(LD_KV)
+    offs_m = gl.arange(0, buf.shape[0], layout=gl.SliceLayout(1, LD_KV))
+    row_tok = tok0 + offs_m // NUM_HEADS
+    in_seq = (row_tok >= q_start) & (row_tok < q_end)
+    rows = row_tok.to(gl.int64) * stride_o_t + (offs_m % NUM_HEADS) * stride_o_h
+    cols = col0 + gl.arange(0, buf.shape[1], layout=gl.SliceLayout(0, LD_KV))
+    gl.store(out_ptr + rows[:, None] + cols[None, :], v, mask=in_seq[:, None])
+
+
 # ---------------------------------------------------------------------------------------------
 # loader warpgroup: gathers, and P V for output columns [0, 256)
 # ---------------------------------------------------------------------------------------------
@@ -183,7 +202,7 @@ def _pv_lo(acc, g, kv_lo, pe_bufs, alpha_s, p_ready):
 def _loader_partition(
     ckv_ptr, kpe_ptr, qo_indptr_ptr, kv_indptr_ptr, kv_indices_ptr, out_ptr,
     stride_ckv_p, stride_kpe_p, stride_o_s, stride_o_t, stride_o_h, total_q, batch,
-    kv_lo, kv_hi, pe_bufs, alpha_s, l_s, ready, empty, p_ready, fin,
+    q_hi, kv_lo, kv_hi, pe_bufs, alpha_s, l_s, ready, empty, p_ready, fin,
     NUM_HEADS: gl.constexpr, HEAD_KPE: gl.constexpr, BLOCK_T: gl.constexpr,
     BLOCK_N: gl.constexpr, MIN_CHUNK: gl.constexpr,
 ):  # fmt: skip
@@ -221,8 +240,18 @@ def _loader_partition(
             l_i = l_s.load(ROW_O)
             nfin += 1
         it += n
-        _store_rows(out_ptr, acc, l_i, row_tok, offs_m, offs_d, q_start, q_end, stride_o_s,
-                    stride_o_t, stride_o_h, NUM_HEADS, MIN_CHUNK)  # fmt: skip
+        # the tile's last range: the softmax warpgroup has done every Q K^T (`fin`), so its half
+        # of Q can stage the store (a range without keys did not wait: Q may still be landing)
+        staged = (n > 0) & (q_end >= tok_end)
+        if MIN_CHUNK == 0:
+            if staged:
+                _store_rows_staged(q_hi, out_ptr, acc, l_i, tok0, q_start, q_end, 0, stride_o_t,
+                                   stride_o_h, NUM_HEADS)  # fmt: skip
+        else:
+            staged = False  # split partials are fp32: the direct store
+        if not staged:
+            _store_rows(out_ptr, acc, l_i, row_tok, offs_m, offs_d, q_start, q_end, stride_o_s,
+                        stride_o_t, stride_o_h, NUM_HEADS, MIN_CHUNK)  # fmt: skip
         b, q_start, q_end, kv_start, kv_end = _next_seq(
             qo_indptr_ptr, kv_indptr_ptr, b, q_end, kv_end, batch
         )
@@ -366,8 +395,16 @@ def _softmax_partition(
         it += n
 
         l_o = gl.convert_layout(l_i, ROW_O)
-        _store_rows(out_ptr, acc, l_o, row_tok_o, offs_mo, offs_d, q_start, q_end, stride_o_s,
-                    stride_o_t, stride_o_h, NUM_HEADS, MIN_CHUNK)  # fmt: skip
+        staged = q_end >= tok_end  # the tile's last range: every Q K^T is done, Q is free
+        if MIN_CHUNK == 0:
+            if staged:
+                _store_rows_staged(q_lo, out_ptr, acc, l_o, tok0, q_start, q_end, HALF,
+                                   stride_o_t, stride_o_h, NUM_HEADS)  # fmt: skip
+        else:
+            staged = False  # split partials are fp32: the direct store
+        if not staged:
+            _store_rows(out_ptr, acc, l_o, row_tok_o, offs_mo, offs_d, q_start, q_end,
+                        stride_o_s, stride_o_t, stride_o_h, NUM_HEADS, MIN_CHUNK)  # fmt: skip
         seen = l_i > 0.0
         lse = gl.where(seen, m_i + gl.log2(gl.where(seen, l_i, 1.0)), float("-inf"))
         l_ptrs = (
@@ -435,7 +472,7 @@ def _mla_prefill_ws_kernel(
             (_loader_partition, (
                 ckv_ptr, kpe_ptr, qo_indptr_ptr, kv_indptr_ptr, kv_indices_ptr, out_ptr,
                 stride_ckv_p, stride_kpe_p, stride_o_s, stride_o_t, stride_o_h, total_q, batch,
-                kv_lo, kv_hi, pe_bufs, alpha_s, l_s, ready, empty, p_ready, fin,
+                q_hi, kv_lo, kv_hi, pe_bufs, alpha_s, l_s, ready, empty, p_ready, fin,
                 NUM_HEADS, HEAD_KPE, BLOCK_T, BLOCK_N, MIN_CHUNK,
             )),
         ],
