@@ -28,6 +28,10 @@ def test_gluon_kernel_compiles_for_hopper_without_spills(split):
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert 0 < out["shared"] <= SM90_MAX_SHARED, out["shared"]
     assert out["wgmma"]
+    # the output of a launch without split leaves through shared memory in 16-byte row pieces
+    # (st.global.v4): the MMA layout's 4-byte stores cost 892d1b8f 17% (benchmarks/NOTES.md)
+    if not split:
+        assert out["st_global_v4"] > 0, "the staged output store is gone"
     assert out["ptxas_rc"] == 0, out["ptxas"]
     m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out["ptxas"])
     assert m, out["ptxas"]

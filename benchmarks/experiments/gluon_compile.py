@@ -49,6 +49,7 @@ def main(argv):
     if "--json" in argv:  # for tests/test_gluon_compile.py
         rc, report = ptxas_report(k)
         print(json.dumps(dict(shared=k.metadata.shared, wgmma="wgmma.mma_async" in ptx,
+                              st_global_v4=len(re.findall(r"st\.global\.v4\.b32", ptx)),
                               ptxas_rc=rc, ptxas=report)))  # fmt: skip
         return
     print("shared bytes", k.metadata.shared, "warps", k.metadata.num_warps)
