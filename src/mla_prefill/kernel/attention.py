@@ -19,6 +19,10 @@ Design (FlashAttention-2 style online softmax, Dao 2023, in base 2 as in Triton'
 - Causal masking is split into two ranges: KV blocks every row of the tile may see run without
   a mask; only the diagonal band pays for ``tl.where``; blocks past it are never visited.
 - Program 0 takes the last tile (the longest causal range) so long work starts first.
+- 1-token tiles (the small batches) are bound by a chain of dependent loads, indptr -> page
+  indices -> gathered rows: they read the first block of ``kv_indices`` beside the indptr loads
+  and use it when their range starts there, and a range's diagonal band starts on the indices
+  its unmasked part already loaded.
 - Decode-like batches (few query tiles, long KV) cut every tile's KV range into ``num_splits``
   equal pieces of at least ``MIN_CHUNK`` positions, one program each (no program is spent on a
   range past a sequence's end unless the sequence is short); ``_combine_kernel`` merges the
@@ -41,6 +45,7 @@ def _attend_kv_range(
     acc,
     m_i,
     l_i,
+    pages,
     q_n,
     q_p,
     ckv_ptr,
@@ -50,6 +55,7 @@ def _attend_kv_range(
     stride_kpe_p,
     lo,
     hi,
+    idx_hi,
     causal_lim,
     qk_scale,
     HEAD_CKV: tl.constexpr,
@@ -60,6 +66,9 @@ def _attend_kv_range(
 ):
     """Online-softmax update of (acc, m_i, l_i) over KV positions [lo, hi) of one sequence.
 
+    ``pages`` holds the page indices of positions [lo, lo + BLOCK_N) (0 at or past ``idx_hi``,
+    the end of the sequence's range); the pages of [hi, hi + BLOCK_N) are returned the same way,
+    so a following range that starts at ``hi`` begins without an index load on its chain.
     The page indices of a step are loaded one step ahead, so the gather's addresses come from a
     loop-carried value: Triton's pipeliner then gives the gathered rows ``num_stages - 1``
     buffers in flight. Loaded in the same step (index -> rows), it kept one buffer and waited for
@@ -68,7 +77,6 @@ def _attend_kv_range(
     offs_n = tl.arange(0, BLOCK_N)
     offs_ckv = tl.arange(0, HEAD_CKV)
     offs_kpe = tl.arange(0, HEAD_KPE)
-    pages = tl.load(idx_ptr + lo + offs_n, mask=(lo + offs_n) < hi, other=0)
     for start in range(lo, hi, BLOCK_N):
         cols = start + offs_n
         pg = pages.to(tl.int64)
@@ -88,7 +96,7 @@ def _attend_kv_range(
             kc = tl.load(ckv_ptr + pg[:, None] * stride_ckv_p + offs_ckv[None, :])
             kp = tl.load(kpe_ptr + pg[:, None] * stride_kpe_p + offs_kpe[None, :])
         nxt = cols + BLOCK_N
-        pages = tl.load(idx_ptr + nxt, mask=nxt < hi, other=0)
+        pages = tl.load(idx_ptr + nxt, mask=nxt < idx_hi, other=0)
         if INTERPRET:
             kc = kc.to(tl.float32)
             kp = kp.to(tl.float32)
@@ -110,7 +118,7 @@ def _attend_kv_range(
         acc = acc * alpha[:, None]
         acc = tl.dot(p.to(kc.dtype), kc, acc)
         m_i = m_new
-    return acc, m_i, l_i
+    return acc, m_i, l_i, pages
 
 
 @triton.jit
@@ -179,6 +187,7 @@ def _mla_prefill_kernel(
     total_q,
     batch,
     qk_scale,
+    num_kv_indices,
     NUM_HEADS: tl.constexpr,
     HEAD_CKV: tl.constexpr,
     HEAD_KPE: tl.constexpr,
@@ -188,6 +197,8 @@ def _mla_prefill_kernel(
     INTERPRET: tl.constexpr,
 ):
     BLOCK_M: tl.constexpr = BLOCK_T * NUM_HEADS
+    # 1-token tiles are bound by their chain of dependent loads (indptr -> indices -> rows)
+    SPECULATE: tl.constexpr = BLOCK_T == 1
     num_tiles = tl.cdiv(total_q, BLOCK_T)
     tile = num_tiles - 1 - tl.program_id(0)  # longest causal range first
     split = tl.program_id(1)
@@ -207,6 +218,11 @@ def _mla_prefill_kernel(
         q_nope_ptr, q_pe_ptr, row_tok64, row_head, row_ok,
         stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, HEAD_CKV, HEAD_KPE, INTERPRET,
     )  # fmt: skip
+    offs_n = tl.arange(0, BLOCK_N)
+    if SPECULATE:
+        # the first BLOCK_N entries of kv_indices, read beside the indptr loads: a range that
+        # starts there (the first sequence's, when kv_indptr[0] is 0) skips one dependent load
+        spec_pages = tl.load(kv_indices_ptr + offs_n, mask=offs_n < num_kv_indices, other=0)
 
     # First sequence of this tile: the largest b in [0, batch) with qo_indptr[b] <= tok0.
     # Guess it by proportion (exact for batches of equal q_len: decode, single sequence) and read
@@ -264,14 +280,23 @@ def _mla_prefill_kernel(
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         idx_ptr = kv_indices_ptr + kv_start
         mid_n = lo + tl.maximum(tl.minimum(kv_unmasked, hi) - lo, 0) // BLOCK_N * BLOCK_N
-        acc, m_i, l_i = _attend_kv_range(
-            acc, m_i, l_i, q_n, q_p, ckv_ptr, kpe_ptr, idx_ptr, stride_ckv_p, stride_kpe_p,
-            lo, mid_n, causal_lim, qk_scale,
+        if SPECULATE:
+            if kv_start + lo == 0:
+                pages = tl.where(offs_n < hi, spec_pages, 0)
+            else:
+                pages = tl.load(idx_ptr + lo + offs_n, mask=(lo + offs_n) < hi, other=0)
+        else:
+            pages = tl.load(idx_ptr + lo + offs_n, mask=(lo + offs_n) < hi, other=0)
+        # the unmasked blocks, then the diagonal band; the band's first indices come from the
+        # first loop (loaded one step ahead up to hi)
+        acc, m_i, l_i, pages = _attend_kv_range(
+            acc, m_i, l_i, pages, q_n, q_p, ckv_ptr, kpe_ptr, idx_ptr, stride_ckv_p, stride_kpe_p,
+            lo, mid_n, hi, causal_lim, qk_scale,
             HEAD_CKV, HEAD_KPE, BLOCK_N, False, INTERPRET,
         )  # fmt: skip
-        acc, m_i, l_i = _attend_kv_range(
-            acc, m_i, l_i, q_n, q_p, ckv_ptr, kpe_ptr, idx_ptr, stride_ckv_p, stride_kpe_p,
-            mid_n, hi, causal_lim, qk_scale,
+        acc, m_i, l_i, pages = _attend_kv_range(
+            acc, m_i, l_i, pages, q_n, q_p, ckv_ptr, kpe_ptr, idx_ptr, stride_ckv_p, stride_kpe_p,
+            mid_n, hi, hi, causal_lim, qk_scale,
             HEAD_CKV, HEAD_KPE, BLOCK_N, True, INTERPRET,
         )  # fmt: skip
 

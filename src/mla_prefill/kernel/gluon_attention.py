@@ -17,9 +17,13 @@ facts only, no code taken):
 
 Shared memory: Q 72 KB, two KV stages of 72 KB (ckv as two 256-column halves + kpe); ``P`` of a
 block overwrites that block's kpe slot once every warp's part of its ``Q K^T`` is done (same
-shape and layout). The
-stage is released (``empty``) when the softmax warpgroup's ``P V`` of it has completed; the
-loader's own ``P V`` of a stage completes before it refills that stage.
+shape and layout). The stage is released (``empty``) when the softmax warpgroup's ``P V`` of it
+has completed; the loader's own ``P V`` of a stage completes before it refills that stage.
+
+Output: the tile's last range (every tile has one) leaves through shared memory: each warpgroup
+writes its normalised half as bf16 into its half of Q (free once the tile's last ``Q K^T`` is
+done) and stores whole rows from there in 16-byte pieces; earlier ranges of a multi-sequence tile
+and split launches (fp32 partials) store straight from the MMA layout (``_store_range``).
 
 Semantics, tiling over tokens and sequences, the split of long KV ranges and the output contract
 are those of ``attention._mla_prefill_kernel`` (same arguments); see its docstring.
@@ -140,6 +144,25 @@ def _store_rows(out_ptr, o, l_i, row_tok, offs_m, offs_d, q_start, q_end, stride
 
 
 @gluon.jit
+def _store_range(buf, staged, out_ptr, o, l_i, tok0, row_tok, offs_m, offs_d, q_start, q_end,
+                 col0, stride_o_s, stride_o_t, stride_o_h, NUM_HEADS: gl.constexpr,
+                 MIN_CHUNK: gl.constexpr):  # fmt: skip
+    """Store one range's output columns [col0, col0 + 256) of this warpgroup: through ``buf`` when
+    ``staged`` (the tile's last range, ``buf`` free by then) in a launch without split, otherwise
+    straight from the MMA layout (split partials are fp32)."""
+    if MIN_CHUNK == 0:
+        if staged:
+            _store_rows_staged(buf, out_ptr, o, l_i, tok0, q_start, q_end, col0, stride_o_t,
+                               stride_o_h, NUM_HEADS)  # fmt: skip
+        else:
+            _store_rows(out_ptr, o, l_i, row_tok, offs_m, offs_d, q_start, q_end, stride_o_s,
+                        stride_o_t, stride_o_h, NUM_HEADS, MIN_CHUNK)  # fmt: skip
+    else:
+        _store_rows(out_ptr, o, l_i, row_tok, offs_m, offs_d, q_start, q_end, stride_o_s,
+                    stride_o_t, stride_o_h, NUM_HEADS, MIN_CHUNK)  # fmt: skip
+
+
+@gluon.jit
 def _store_rows_staged(buf, out_ptr, o, l_i, tok0, q_start, q_end, col0, stride_o_t, stride_o_h,
                        NUM_HEADS: gl.constexpr):  # fmt: skip
     """_store_rows for a launch without split, through shared memory: ``buf`` (a free 64 x 256
@@ -242,16 +265,11 @@ def _loader_partition(
         it += n
         # the tile's last range: the softmax warpgroup has done every Q K^T (`fin`), so its half
         # of Q can stage the store (a range without keys did not wait: Q may still be landing)
-        staged = (n > 0) & (q_end >= tok_end)
-        if MIN_CHUNK == 0:
-            if staged:
-                _store_rows_staged(q_hi, out_ptr, acc, l_i, tok0, q_start, q_end, 0, stride_o_t,
-                                   stride_o_h, NUM_HEADS)  # fmt: skip
-        else:
-            staged = False  # split partials are fp32: the direct store
-        if not staged:
-            _store_rows(out_ptr, acc, l_i, row_tok, offs_m, offs_d, q_start, q_end, stride_o_s,
-                        stride_o_t, stride_o_h, NUM_HEADS, MIN_CHUNK)  # fmt: skip
+        # the tile's last range: the softmax warpgroup has done every Q K^T (`fin`), so its half
+        # of Q can stage the store (a range without keys did not wait: Q may still be landing)
+        _store_range(q_hi, (n > 0) & (q_end >= tok_end), out_ptr, acc, l_i, tok0, row_tok,
+                     offs_m, offs_d, q_start, q_end, 0, stride_o_s, stride_o_t, stride_o_h,
+                     NUM_HEADS, MIN_CHUNK)  # fmt: skip
         b, q_start, q_end, kv_start, kv_end = _next_seq(
             qo_indptr_ptr, kv_indptr_ptr, b, q_end, kv_end, batch
         )
@@ -395,16 +413,10 @@ def _softmax_partition(
         it += n
 
         l_o = gl.convert_layout(l_i, ROW_O)
-        staged = q_end >= tok_end  # the tile's last range: every Q K^T is done, Q is free
-        if MIN_CHUNK == 0:
-            if staged:
-                _store_rows_staged(q_lo, out_ptr, acc, l_o, tok0, q_start, q_end, HALF,
-                                   stride_o_t, stride_o_h, NUM_HEADS)  # fmt: skip
-        else:
-            staged = False  # split partials are fp32: the direct store
-        if not staged:
-            _store_rows(out_ptr, acc, l_o, row_tok_o, offs_mo, offs_d, q_start, q_end,
-                        stride_o_s, stride_o_t, stride_o_h, NUM_HEADS, MIN_CHUNK)  # fmt: skip
+        # the tile's last range: every Q K^T is done, so Q's shared memory is free
+        _store_range(q_lo, q_end >= tok_end, out_ptr, acc, l_o, tok0, row_tok_o, offs_mo, offs_d,
+                     q_start, q_end, HALF, stride_o_s, stride_o_t, stride_o_h, NUM_HEADS,
+                     MIN_CHUNK)  # fmt: skip
         seen = l_i > 0.0
         lse = gl.where(seen, m_i + gl.log2(gl.where(seen, l_i, 1.0)), float("-inf"))
         l_ptrs = (

@@ -170,7 +170,7 @@ def mla_paged_prefill(
         _mla_prefill_ws_kernel[grid](*args, **consts, num_warps=4)
     else:
         _mla_prefill_kernel[grid](
-            *args, **consts, INTERPRET=interpret,
+            *args, num_kv, **consts, INTERPRET=interpret,
             num_warps=config.num_warps, num_stages=config.num_stages,
         )  # fmt: skip
     if split:
