@@ -172,12 +172,20 @@ def test_default_config_on_hopper_needs_the_gluon_api(gluon_api, monkeypatch):
 
 def test_choose_config_from_shapes_only():
     assert choose_config(1, 1, 34).block_t == 1
+
     # short single-sequence ranges: as few pipeline stages / steps as the range needs
-    assert (choose_config(3, 1, 5).block_n, choose_config(3, 1, 5).num_stages) == (16, 2)
-    assert (choose_config(17, 1, 19).block_n, choose_config(17, 1, 19).num_stages) == (32, 2)
-    assert (choose_config(1, 1, 34).block_n, choose_config(1, 1, 34).num_stages) == (64, 1)
-    assert (choose_config(96, 1, 98).block_n, choose_config(96, 1, 98).num_stages) == (32, 3)
-    assert choose_config(4, 4, 121).num_stages == 3  # several sequences: the longest decides
+    def knobs(*shape):
+        c = choose_config(*shape)
+        return c.block_n, c.num_warps, c.num_stages
+
+    assert knobs(3, 1, 5) == (16, 4, 2)
+    # one wave of tiles: 8 warps share a tile's instructions; one step when the range fits
+    assert knobs(17, 1, 19) == (32, 8, 2)
+    assert knobs(1, 1, 34) == (64, 8, 1)
+    assert knobs(96, 1, 98) == (64, 8, 2)
+    assert knobs(26, 2, 32) == (32, 8, 2)  # several sequences averaging 16 keys
+    assert knobs(4, 4, 121) == (64, 8, 1)  # ... averaging 30: some are longer than 32
+    assert knobs(138, 4, 151) == (32, 4, 3)  # more than one wave
     decode = choose_config(22, 22, 17759)  # decode-like: split the long KV ranges
     assert decode.split and 22 * decode.num_splits <= 3 * 132 and not decode.problems()
     assert choose_config(22, 22, 17759, num_sms=1).num_splits == 1

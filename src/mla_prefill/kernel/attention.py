@@ -302,7 +302,7 @@ def _mla_prefill_kernel(
 
         seen = l_i > 0.0
         l_div = tl.where(seen, l_i, 1.0)
-        o = acc / l_div[:, None]
+        o = acc * (1.0 / l_div)[:, None]  # one division per row, not per element
         lse = tl.where(seen, m_i + tl.math.log2(l_div), float("-inf"))
         o_ptrs = (
             out_ptr
@@ -373,7 +373,7 @@ def _combine_kernel(
     acc = tl.sum(w[:, :, None] * o_s, 0)
     seen = den > 0.0
     den_div = tl.where(seen, den, 1.0)
-    o = acc / den_div[:, None]
+    o = acc * (1.0 / den_div)[:, None]
     tok = rows64 // NUM_HEADS
     head = rows64 % NUM_HEADS
     tl.store(

@@ -86,10 +86,11 @@ def choose_config(
       positions), 3 pipeline stages (two gathers in flight): more programs in flight, no MMA rows
       spent on a neighbour sequence's query, and short dependent-load chains. Measured on H200
       (benchmarks/NOTES.md, session 3): 138-287 tokens run 1.05-1.7x faster this way than on
-      64-row tiles, 376 and 473 tokens 0.98x / 0.93x, hence the bound. Ranges of one or two
-      steps (sequences averaging <= 16 positions; a single sequence of <= 32) take 2 stages, and
-      a single sequence of 33-64 positions one 64-position step: 0.4-1.2 us less on 7-11 us
-      single-sequence workloads (session 5).
+      64-row tiles, 376 and 473 tokens 0.98x / 0.93x, hence the bound. A single sequence
+      averaging <= 16 positions takes 2 stages (session 5). Within one wave (and not split),
+      a tile's time is mostly its instruction stream, so 8 warps share it, with one 32-position
+      step for short ranges and 64-position steps otherwise: 0.3-3.6 us less on 7-21 us
+      workloads (session 6).
     - Otherwise 4 tokens (64 rows): the widest tile whose fp32 ``[64, 512]`` accumulator fits the
       register file of two warpgroups. On Hopper (``hopper``, never under the interpreter) these
       tiles run the warp-specialised Gluon kernel (64-key blocks): 1.27-1.88x the Triton
@@ -105,14 +106,23 @@ def choose_config(
     batch = max(batch, 1)
     avg_kv = num_kv_indices / batch
     gluon = hopper and not interpret
+    # the prefix dominates: a tile's KV range is split when the tiles leave SMs idle (below)
+    long_prefix = avg_kv >= 256 and num_kv_indices >= 2 * total_q
     # 16-row tiles up to 2.5 waves, or 1.25 where the Gluon kernel takes the 64-row ones
     if (4 if gluon else 2) * total_q <= 5 * num_sms:
         # 16-position steps when sequences are that short (half the gather and MMA of a step)
         block_t, block_n, num_warps, num_stages = 1, 16 if avg_kv <= 16 else 32, 4, 3
-        if avg_kv <= 16 or (batch == 1 and avg_kv <= 32):
+        if batch == 1 and avg_kv <= 16:
             num_stages = 2  # one or two steps: a third buffer only lengthens the prologue
-        elif batch == 1 and avg_kv <= 64:
-            block_n, num_stages = 64, 1  # one step: one gather instead of a chain of two
+        elif total_q <= num_sms and not (total_q < num_sms and long_prefix):
+            # one wave: a tile's time is its instruction stream (address math of the gather,
+            # MMA fragments), so 8 warps share it; one 32-key step for short ranges (ranges of
+            # several sequences average <= 17 keys), else 64-key steps (one when <= 64)
+            num_warps = 8
+            if avg_kv <= (32 if batch == 1 else 17):
+                block_n, num_stages = 32, 2
+            else:
+                block_n, num_stages = 64, 1 if avg_kv <= 64 else 2
     else:
         block_t, block_n, num_warps, num_stages = 4, 64, 8, 2
     kernel = "gluon" if gluon and block_t == 4 else "triton"
@@ -122,7 +132,7 @@ def choose_config(
         block_n = 16  # the interpreter ignores warps/stages; small steps exercise the loop bounds
     num_tiles = -(-total_q // block_t)
     num_splits = 1
-    if num_tiles < num_sms and avg_kv >= 256 and num_kv_indices >= 2 * total_q:
+    if num_tiles < num_sms and long_prefix:
         num_splits = -(-2 * num_sms // num_tiles)
         num_splits = min(num_splits, -(-num_kv_indices // DEFAULT_MIN_CHUNK))
         max_splits = max(1, PARTIAL_BYTES_CAP // (total_q * NUM_QO_HEADS * HEAD_DIM_CKV * 4))

@@ -131,7 +131,7 @@ def _store_rows(out_ptr, o, l_i, row_tok, offs_m, offs_d, q_start, q_end, stride
     """Normalise and store this warpgroup's output columns of the rows of one sequence. Split
     launches leave rows that saw no key unwritten (the combine reads their lse of -inf)."""
     seen = l_i > 0.0
-    o = o / gl.where(seen, l_i, 1.0)[:, None]
+    o = o * (1.0 / gl.where(seen, l_i, 1.0))[:, None]  # one division per row
     in_seq = (row_tok >= q_start) & (row_tok < q_end)
     rows = (
         gl.program_id(1) * stride_o_s
@@ -169,7 +169,7 @@ def _store_rows_staged(buf, out_ptr, o, l_i, tok0, q_start, q_end, col0, stride_
     bf16 buffer: this warpgroup's half of Q once the tile's last Q K^T is done) turns the MMA
     layout (4-byte pieces of 8 rows per store) into 16-byte pieces of whole rows."""
     seen = l_i > 0.0
-    o = o / gl.where(seen, l_i, 1.0)[:, None]
+    o = o * (1.0 / gl.where(seen, l_i, 1.0))[:, None]  # one division per row
     buf.store(o.to(out_ptr.dtype.element_ty))
     gl.thread_barrier()
     v = buf.load(LD_KV)
