@@ -19,10 +19,11 @@ Design (FlashAttention-2 style online softmax, Dao 2023, in base 2 as in Triton'
 - Causal masking is split into two ranges: KV blocks every row of the tile may see run without
   a mask; only the diagonal band pays for ``tl.where``; blocks past it are never visited.
 - Program 0 takes the last tile (the longest causal range) so long work starts first.
-- 1-token tiles (the small batches) are bound by a chain of dependent loads, indptr -> page
-  indices -> gathered rows: they read the first block of ``kv_indices`` beside the indptr loads
-  and use it when their range starts there, and a range's diagonal band starts on the indices
-  its unmasked part already loaded.
+- 1-token tiles (the small batches) wait on a chain of dependent loads, indptr -> page indices
+  -> gathered rows, besides their instruction stream: they read the first block of
+  ``kv_indices`` beside the indptr loads and use it when their range starts there (one cold
+  load, ~0.4 us, off the chain), and a range's diagonal band starts on the indices its unmasked
+  part already loaded.
 - Decode-like batches (few query tiles, long KV) cut every tile's KV range into ``num_splits``
   equal pieces of at least ``MIN_CHUNK`` positions, one program each (no program is spent on a
   range past a sequence's end unless the sequence is short); ``_combine_kernel`` merges the
@@ -197,7 +198,8 @@ def _mla_prefill_kernel(
     INTERPRET: tl.constexpr,
 ):
     BLOCK_M: tl.constexpr = BLOCK_T * NUM_HEADS
-    # 1-token tiles are bound by their chain of dependent loads (indptr -> indices -> rows)
+    # 1-token tiles: the first index block is read early (their load chain is short, every
+    # round trip on it shows); 64-row tiles have no registers to spare for it
     SPECULATE: tl.constexpr = BLOCK_T == 1
     num_tiles = tl.cdiv(total_q, BLOCK_T)
     tile = num_tiles - 1 - tl.program_id(0)  # longest causal range first

@@ -265,8 +265,6 @@ def _loader_partition(
         it += n
         # the tile's last range: the softmax warpgroup has done every Q K^T (`fin`), so its half
         # of Q can stage the store (a range without keys did not wait: Q may still be landing)
-        # the tile's last range: the softmax warpgroup has done every Q K^T (`fin`), so its half
-        # of Q can stage the store (a range without keys did not wait: Q may still be landing)
         _store_range(q_hi, (n > 0) & (q_end >= tok_end), out_ptr, acc, l_i, tok0, row_tok,
                      offs_m, offs_d, q_start, q_end, 0, stride_o_s, stride_o_t, stride_o_h,
                      NUM_HEADS, MIN_CHUNK)  # fmt: skip
