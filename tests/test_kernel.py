@@ -90,6 +90,26 @@ def test_pinned_configs(config, device, reference):
     run_case(lengths, device, reference, seed=3, config=config)
 
 
+# 1-token tiles read kv_indices[0, BLOCK_N) before they know their sequence and use it when their
+# range starts at position 0 (sequence 0, or a later one after sequences without keys), fetching
+# their own block otherwise; a range longer than a step hands the index block it prefetched last
+# to its diagonal band. Each case is run on 16-position steps, 32, and a 3-way split.
+SPECULATION_CASES = {
+    "first_sequence_several_steps": [(1, 40), (2, 7)],
+    "starts_at_0_after_empty_ones": [(0, 0), (2, 0), (1, 37), (1, 5)],
+    "fewer_indices_than_a_step": [(1, 3), (1, 2)],
+    "every_sequence_elsewhere": [(0, 9), (1, 5), (1, 50), (3, 19)],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPECULATION_CASES))
+@pytest.mark.parametrize(
+    "config", [tiles(1, 16), tiles(1, 32), tiles(1, 16, 3, 16)], ids=["n16", "n32", "split3"]
+)
+def test_first_index_block_read_early(name, config, device, reference):
+    run_case(SPECULATION_CASES[name], device, reference, seed=9, config=config)
+
+
 def test_split_one_long_many_short(device, reference):
     """Splits sized per sequence: a long range uses every split, short ones only the first."""
     lengths = [(1, 200), (1, 3), (2, 17), (1, 1), (3, 90)]
