@@ -193,12 +193,11 @@ def test_default_config_on_hopper_needs_the_gluon_api(gluon_api, monkeypatch):
 def test_choose_config_from_shapes_only():
     assert choose_config(1, 1, 34).block_t == 1
 
-    # short single-sequence ranges: as few pipeline stages / steps as the range needs
     def knobs(*shape):
         c = choose_config(*shape)
         return c.block_n, c.num_warps, c.num_stages
 
-    assert knobs(3, 1, 5) == (16, 4, 2)
+    assert knobs(3, 1, 5) == (16, 4, 2)  # a short single sequence: 2 stages, 4 warps
     # one wave of tiles: 8 warps share a tile's instructions; one step when the range fits
     assert knobs(17, 1, 19) == (32, 8, 2)
     assert knobs(1, 1, 34) == (64, 8, 1)
