@@ -92,8 +92,8 @@ def test_pinned_configs(config, device, reference):
 
 # 1-token tiles read kv_indices[0, BLOCK_N) before they know their sequence and use it when their
 # range starts at position 0 (sequence 0, or a later one after sequences without keys), fetching
-# their own block otherwise; a range longer than a step hands the index block it prefetched last
-# to its diagonal band. Each case is run on 16-position steps, 32, and a 3-way split.
+# their own block otherwise, then walk the range in one masked loop (indices one step ahead).
+# Each case is run on 16-position steps, 32, and a 3-way split.
 SPECULATION_CASES = {
     "first_sequence_several_steps": [(1, 40), (2, 7)],
     "starts_at_0_after_empty_ones": [(0, 0), (2, 0), (1, 37), (1, 5)],
@@ -200,10 +200,10 @@ def test_choose_config_from_shapes_only():
     assert knobs(3, 1, 5) == (16, 4, 2)  # a short single sequence: 2 stages, 4 warps
     # one wave of tiles: 8 warps share a tile's instructions; one step when the range fits
     assert knobs(17, 1, 19) == (32, 8, 2)
-    assert knobs(1, 1, 34) == (64, 8, 1)
+    assert knobs(1, 1, 34) == (64, 8, 2)  # 2 stages even for one step (measured, session 7)
     assert knobs(96, 1, 98) == (64, 8, 2)
     assert knobs(26, 2, 32) == (32, 8, 2)  # several sequences averaging 16 keys
-    assert knobs(4, 4, 121) == (64, 8, 1)  # ... averaging 30: some are longer than 32
+    assert knobs(4, 4, 121) == (64, 8, 2)  # ... averaging 30: some are longer than 32
     assert knobs(138, 4, 151) == (32, 4, 3)  # more than one wave
     decode = choose_config(22, 22, 17759)  # decode-like: split the long KV ranges
     assert decode.split and 22 * decode.num_splits <= 3 * 132 and not decode.problems()

@@ -49,10 +49,11 @@ def signature(names, split=False):
     return sig, attrs
 
 
-def compile_config(block_t, block_n, warps, stages, split=False):
+def compile_config(block_t, block_n, warps, stages, split=False, offs32=True):
     sig, attrs = signature(_mla_prefill_kernel.arg_names, split)
     consts = dict(NUM_HEADS=16, HEAD_CKV=512, HEAD_KPE=64, BLOCK_T=block_t, BLOCK_N=block_n,
-                  MIN_CHUNK=128 if split else 0, INTERPRET=False)  # fmt: skip
+                  MIN_CHUNK=128 if split else 0, OFFS32=offs32,
+                  GUESS32=True, INTERPRET=False)  # fmt: skip
     src = ASTSource(_mla_prefill_kernel, sig, consts, attrs)
     return triton.compile(
         src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages)

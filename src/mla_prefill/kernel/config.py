@@ -117,12 +117,13 @@ def choose_config(
         elif total_q <= num_sms and not (total_q < num_sms and long_prefix):
             # one wave: a tile's time is its instruction stream (address math of the gather,
             # MMA fragments), so 8 warps share it; one 32-key step for short ranges (ranges of
-            # several sequences average <= 17 keys), else 64-key steps (one when <= 64)
+            # several sequences average <= 17 keys), else 64-key steps (2 stages: measured faster
+            # than 1 even on one-step ranges, session 7)
             num_warps = 8
             if avg_kv <= (32 if batch == 1 else 17):
                 block_n, num_stages = 32, 2
             else:
-                block_n, num_stages = 64, 1 if avg_kv <= 64 else 2
+                block_n, num_stages = 64, 2
     else:
         block_t, block_n, num_warps, num_stages = 4, 64, 8, 2
     kernel = "gluon" if gluon and block_t == 4 else "triton"

@@ -159,6 +159,8 @@ def mla_paged_prefill(
         stride_l_s, dst_lse.stride(-2), dst_lse.stride(-1),
         total_q, batch, scale * LOG2E,
     )  # fmt: skip
+    # every gathered element's offset (page * stride + column) fits int32: cheaper addresses
+    offs32 = max(num_pages * ckv_cache.stride(0), num_pages * kpe_cache.stride(0)) < 2**31
     consts = dict(
         NUM_HEADS=NUM_QO_HEADS, HEAD_CKV=HEAD_DIM_CKV, HEAD_KPE=HEAD_DIM_KPE,
         BLOCK_T=config.block_t, BLOCK_N=config.block_n,
@@ -170,7 +172,8 @@ def mla_paged_prefill(
         _mla_prefill_ws_kernel[grid](*args, **consts, num_warps=4)
     else:
         _mla_prefill_kernel[grid](
-            *args, num_kv, **consts, INTERPRET=interpret,
+            *args, num_kv, **consts, OFFS32=offs32, GUESS32=total_q * batch < 2**31,
+            INTERPRET=interpret,
             num_warps=config.num_warps, num_stages=config.num_stages,
         )  # fmt: skip
     if split:
