@@ -314,21 +314,29 @@ def test_gluon_deterministic_and_duplicated_pages(device, reference):
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
 
 
-@pytest.mark.parametrize("kernel", ["triton", "gluon"])
-def test_unreferenced_pages_are_never_read(kernel, device, reference):
-    """Pages no sequence references hold NaN: a kernel that reads one (a gather past the range,
-    a masked-off row) turns the output NaN. The gluon kernel re-reads a referenced page instead."""
-    if kernel == "gluon" and device == "cpu":
+@pytest.mark.parametrize(
+    "config",
+    [None, tiles(1, 16), tiles(1, 32), tiles(1, 16, 3, 16), tiles(2, 32), tiles(4, 16, 3), "gluon"],
+    ids=["default", "t1n16", "t1n32", "t1split3", "t2n32", "t4n16split3", "gluon"],
+)
+def test_unreferenced_pages_are_never_read(config, device, reference):
+    """Pages no sequence references hold NaN, page 0 included (the masked-off lanes' index): a
+    kernel that reads one (a gather past a range's end, a masked-off row) turns the output NaN.
+    The gluon kernel re-reads a referenced page instead. Every tile size and the split path."""
+    if config == "gluon" and device == "cpu":
         pytest.skip("the gluon kernel needs a Hopper GPU")
-    lengths = [(5, 70), (1, 1), (6, 6), (3, 130)]
+    lengths = [(5, 70), (1, 1), (6, 6), (3, 130), (0, 3), (2, 19), (1, 5)]
     inputs = make_batch_inputs(Batch(lengths, 4 * 207, 3), device)
-    used = torch.zeros(inputs["ckv_cache"].shape[0], dtype=torch.bool, device=device)
-    used[inputs["kv_indices"].long()] = True
-    inputs["ckv_cache"][~used] = float("nan")
-    inputs["kpe_cache"][~used] = float("nan")
+    idx, ckv, kpe = inputs["kv_indices"], inputs["ckv_cache"], inputs["kpe_cache"]
+    unused = torch.ones(ckv.shape[0], dtype=torch.bool, device=device)
+    unused[idx.long()] = False
+    spare = int(torch.nonzero(unused)[-1])  # page 0's data moves here: page 0 becomes unused
+    ckv[spare], kpe[spare] = ckv[0], kpe[0]
+    idx[idx == 0] = spare
+    unused[spare], unused[0] = False, True
+    ckv[unused], kpe[unused] = float("nan"), float("nan")
     args = [inputs[k] for k in ARGS]
-    config = GLUON[0] if kernel == "gluon" else None
-    out, lse = mla_paged_prefill(*args, config=config)
+    out, lse = mla_paged_prefill(*args, config=GLUON[0] if config == "gluon" else config)
     ref_out, ref_lse = reference(*args)
     assert_close("output", out, ref_out)
     assert_close("lse", lse, ref_lse)
