@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from mla_prefill.blobs import SMALL_CASES
 from mla_prefill.fuzz import ARGS, Batch, check_batch, make_batch_inputs, reference_fast
+from mla_prefill.kernel import main
 from mla_prefill.kernel.config import KernelConfig, choose_config
 from mla_prefill.kernel.main import mla_paged_prefill, run
 
@@ -108,6 +109,30 @@ SPECULATION_CASES = {
 )
 def test_first_index_block_read_early(name, config, device, reference):
     run_case(SPECULATION_CASES[name], device, reference, seed=9, config=config)
+
+
+# 32-bit gather offsets and first-sequence guess are taken when the shapes allow (every cache
+# and batch here); the 64-bit paths, for caches of >= 2**31 elements or total_q * batch >=
+# 2**31, are forced through a launcher that overrides both flags (checked to fail with the 64-bit
+# gather off by one page; a wrong guess only costs the binary search, so that path can only fail
+# by crashing or hanging).
+@pytest.mark.parametrize(
+    "config", [tiles(1, 16), tiles(1, 16, 3, 16), tiles(4, 16, 3)], ids=["t1", "t1split3", "t4"]
+)
+def test_64bit_offsets_and_guess(config, device, reference, monkeypatch):
+    kernel, seen = main._mla_prefill_kernel, []
+
+    class Force64:
+        def __getitem__(self, grid):
+            def launch(*args, **kw):
+                seen.append((kw["OFFS32"], kw["GUESS32"]))
+                return kernel[grid](*args, **{**kw, "OFFS32": False, "GUESS32": False})
+
+            return launch
+
+    monkeypatch.setattr(main, "_mla_prefill_kernel", Force64())
+    run_case(EDGE_CASES["guess_misses"] + [(1, 40), (3, 3)], device, reference, 5, config)
+    assert seen == [(True, True)]  # what the shapes chose, before the override
 
 
 def test_split_one_long_many_short(device, reference):
