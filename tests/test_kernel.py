@@ -232,6 +232,7 @@ def test_choose_config_from_shapes_only():
     assert knobs(138, 4, 151) == (32, 4, 3)  # more than one wave
     decode = choose_config(22, 22, 17759)  # decode-like: split the long KV ranges
     assert decode.split and 22 * decode.num_splits <= 3 * 132 and not decode.problems()
+    assert knobs(22, 22, 17759) == (64, 8, 2)  # split decode: 8 warps too (measured, session 8)
     assert choose_config(22, 22, 17759, num_sms=1).num_splits == 1
     assert choose_config(16384, 1, 16387).num_splits == 1
     assert choose_config(16384, 1, 16387).block_m == 64

@@ -203,13 +203,12 @@ def _mla_prefill_kernel(
     INTERPRET: tl.constexpr,
 ):
     BLOCK_M: tl.constexpr = BLOCK_T * NUM_HEADS
-    # 1-token tiles: the first index block is read early (their load chain is short, every
-    # round trip on it shows); 64-row tiles have no registers to spare for it
-    SPECULATE: tl.constexpr = BLOCK_T == 1
-    # 1-token tiles: all 16 rows share one causal limit, so the only mask is the range's end and
-    # one masked loop does the whole range; the kernel's code shrinks by a third (2072 -> 1304
-    # SASS instructions at 32-key steps), measured 0.3-1 us faster (NOTES.md, session 7)
-    ONE_LOOP: tl.constexpr = BLOCK_T == 1
+    # 1-token tiles: (a) the first index block is read early (their load chain is short, every
+    # round trip on it shows); 64-row tiles have no registers to spare for it. (b) All 16 rows
+    # share one causal limit, so the only mask is the range's end and one masked loop does the
+    # whole range; the kernel's code shrinks by a third (2072 -> 1304 SASS instructions at 32-key
+    # steps), measured 0.3-1 us faster (NOTES.md, session 7)
+    ONE_TOKEN: tl.constexpr = BLOCK_T == 1
     num_tiles = tl.cdiv(total_q, BLOCK_T)
     tile = num_tiles - 1 - tl.program_id(0)  # longest causal range first
     split = tl.program_id(1)
@@ -225,7 +224,7 @@ def _mla_prefill_kernel(
     row_tok64 = row_tok.to(tl.int64)
 
     offs_n = tl.arange(0, BLOCK_N)
-    if SPECULATE:
+    if ONE_TOKEN:
         # the first BLOCK_N entries of kv_indices, read beside the indptr loads: a range that
         # starts there (the first sequence's, when kv_indptr[0] is 0) skips one dependent load
         spec_pages = tl.load(kv_indices_ptr + offs_n, mask=offs_n < num_kv_indices, other=0)
@@ -279,7 +278,6 @@ def _mla_prefill_kernel(
         i_first = tl.maximum(tok0, q_start) - q_start
         i_last = tl.minimum(tok_end, q_end) - 1 - q_start
         kv_hi = tl.maximum(tl.minimum(kv_len, prefix + i_last + 1), 0)
-        kv_unmasked = tl.minimum(tl.maximum(prefix + i_first + 1, 0), kv_hi)
         if MIN_CHUNK > 0:
             # this (tile, sequence)'s KV range [0, kv_hi) in num_splits equal BLOCK_N-aligned
             # pieces of at least MIN_CHUNK: short ranges use the first few splits, the rest are
@@ -294,18 +292,19 @@ def _mla_prefill_kernel(
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         idx_ptr = kv_indices_ptr + kv_start
-        if SPECULATE:
+        if ONE_TOKEN:
             if kv_start + lo == 0:
                 pages = tl.where(offs_n < hi, spec_pages, 0)
             else:
                 pages = tl.load(idx_ptr + lo + offs_n, mask=(lo + offs_n) < hi, other=0)
         else:
             pages = tl.load(idx_ptr + lo + offs_n, mask=(lo + offs_n) < hi, other=0)
-        if ONE_LOOP:
+        if ONE_TOKEN:
             mid_n = lo
         else:
             # the unmasked blocks, then the diagonal band; the band's first indices come from
             # the first loop (loaded one step ahead up to hi)
+            kv_unmasked = tl.minimum(tl.maximum(prefix + i_first + 1, 0), kv_hi)
             mid_n = lo + tl.maximum(tl.minimum(kv_unmasked, hi) - lo, 0) // BLOCK_N * BLOCK_N
             acc, m_i, l_i, pages = _attend_kv_range(
                 acc, m_i, l_i, pages, q_n, q_p, ckv_ptr, kpe_ptr, idx_ptr, stride_ckv_p,

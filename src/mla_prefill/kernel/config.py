@@ -87,10 +87,10 @@ def choose_config(
       spent on a neighbour sequence's query, and short dependent-load chains. Measured on H200
       (benchmarks/NOTES.md, session 3): 138-287 tokens run 1.05-1.7x faster this way than on
       64-row tiles, 376 and 473 tokens 0.98x / 0.93x, hence the bound. A single sequence
-      averaging <= 16 positions takes 2 stages (session 5). Within one wave (and not split),
+      averaging <= 16 positions takes 2 stages (session 5). Within one wave (split or not),
       a tile's time is mostly its instruction stream, so 8 warps share it, with one 32-position
       step for short ranges and 64-position steps otherwise: 0.3-3.6 us less on 7-21 us
-      workloads (session 6).
+      workloads (session 6), and 7% less on a split decode batch (session 8).
     - Otherwise 4 tokens (64 rows): the widest tile whose fp32 ``[64, 512]`` accumulator fits the
       register file of two warpgroups. On Hopper (``hopper``, never under the interpreter) these
       tiles run the warp-specialised Gluon kernel (64-key blocks): 1.27-1.88x the Triton
@@ -114,11 +114,12 @@ def choose_config(
         block_t, block_n, num_warps, num_stages = 1, 16 if avg_kv <= 16 else 32, 4, 3
         if batch == 1 and avg_kv <= 16:
             num_stages = 2  # one or two steps: a third buffer only lengthens the prologue
-        elif total_q <= num_sms and not (total_q < num_sms and long_prefix):
+        elif total_q <= num_sms:
             # one wave: a tile's time is its instruction stream (address math of the gather,
             # MMA fragments), so 8 warps share it; one 32-key step for short ranges (ranges of
             # several sequences average <= 17 keys), else 64-key steps (2 stages: measured faster
-            # than 1 even on one-step ranges, session 7)
+            # than 1 even on one-step ranges, session 7). Split decode batches too: 33.8 us
+            # against 36.2 for 4 warps / 32-key steps / 3 stages on ed999c80 (session 8)
             num_warps = 8
             if avg_kv <= (32 if batch == 1 else 17):
                 block_n, num_stages = 32, 2

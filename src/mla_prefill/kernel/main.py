@@ -51,14 +51,15 @@ def default_config(
     total_q: int, batch: int, num_kv_indices: int, device: torch.device
 ) -> KernelConfig:
     """The launch configuration ``mla_paged_prefill`` picks for these shapes on ``device``."""
-    on_gpu = not is_interpreter() and device.type == "cuda"
+    interpret = is_interpreter()
+    on_gpu = not interpret and device.type == "cuda"
     index = device.index or 0
     return choose_config(
         total_q,
         batch,
         num_kv_indices,
         num_sms=_num_sms(index) if on_gpu else NUM_SMS_HOPPER,
-        interpret=is_interpreter(),
+        interpret=interpret,
         hopper=on_gpu and _compute_capability(index)[0] == 9 and gluon_available(),
     )
 
