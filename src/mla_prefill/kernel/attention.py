@@ -346,7 +346,6 @@ def _combine_kernel(
     part_lse_ptr,
     out_ptr,
     lse_ptr,
-    n_rows,
     num_splits,
     stride_po_s,
     stride_pl_s,
@@ -356,48 +355,41 @@ def _combine_kernel(
     stride_l_h,
     NUM_HEADS: tl.constexpr,
     HEAD_CKV: tl.constexpr,
-    ROWS: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_S: tl.constexpr,  # >= num_splits: every split is read in one load
 ):
-    """Merge the normalised partial outputs of each (token, head) row by their base-2 lse.
+    """Merge the normalised partial outputs of one (token, head) row by their base-2 lse.
 
-    Program (row block, D block): one load of all splits' lse, then one load of the outputs of
-    the splits that saw a key (two dependent memory round trips in all, whatever the split count).
+    Program (row, D block): one load of all splits' lse, then one load of the outputs of the
+    splits that saw a key (two dependent memory round trips in all, whatever the split count).
+    ``[BLOCK_S, BLOCK_D]`` with ``BLOCK_D = 8192 / BLOCK_S`` (capped at 512): up to 16 splits a
+    thread holds all splits of its 4 columns, so the merge is a sum in registers (no shuffles, no
+    barriers); above 16 the warps share the splits again.
     """
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    row_ok = rows < n_rows
-    rows64 = rows.to(tl.int64)
+    row = tl.program_id(0).to(tl.int64)
     offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     offs_s = tl.arange(0, BLOCK_S)
     part = tl.load(
-        part_lse_ptr + offs_s[:, None] * stride_pl_s + rows64[None, :],
-        mask=(offs_s < num_splits)[:, None] & row_ok[None, :],
-        other=float("-inf"),
-    )  # [BLOCK_S, ROWS]
+        part_lse_ptr + offs_s * stride_pl_s + row, mask=offs_s < num_splits, other=float("-inf")
+    )
     m = tl.max(part, 0)
     m_use = tl.where(m == float("-inf"), 0.0, m)
-    w = tl.math.exp2(part - m_use[None, :])  # 0 for splits that saw no key
+    w = tl.math.exp2(part - m_use)  # 0 for splits that saw no key
     den = tl.sum(w, 0)
     o_s = tl.load(
-        part_o_ptr
-        + offs_s[:, None, None] * stride_po_s
-        + rows64[None, :, None] * HEAD_CKV
-        + offs_d[None, None, :],
-        mask=(part > float("-inf"))[:, :, None],
+        part_o_ptr + offs_s[:, None] * stride_po_s + row * HEAD_CKV + offs_d[None, :],
+        mask=(part > float("-inf"))[:, None],
         other=0.0,
-    )  # [BLOCK_S, ROWS, BLOCK_D]; the outputs of empty splits are never read
-    acc = tl.sum(w[:, :, None] * o_s, 0)
+    )  # the outputs of empty splits are never read
+    acc = tl.sum(w[:, None] * o_s, 0)
     seen = den > 0.0
     den_div = tl.where(seen, den, 1.0)
-    o = acc * (1.0 / den_div)[:, None]
-    tok = rows64 // NUM_HEADS
-    head = rows64 % NUM_HEADS
+    o = acc * (1.0 / den_div)
+    tok = row // NUM_HEADS
+    head = row % NUM_HEADS
     tl.store(
-        out_ptr + tok[:, None] * stride_o_t + head[:, None] * stride_o_h + offs_d[None, :],
-        o.to(out_ptr.dtype.element_ty),
-        mask=row_ok[:, None],
+        out_ptr + tok * stride_o_t + head * stride_o_h + offs_d, o.to(out_ptr.dtype.element_ty)
     )
     if tl.program_id(1) == 0:
         lse = tl.where(seen, m_use + tl.math.log2(den_div), float("-inf"))
-        tl.store(lse_ptr + tok * stride_l_t + head * stride_l_h, lse, mask=row_ok)
+        tl.store(lse_ptr + tok * stride_l_t + head * stride_l_h, lse)

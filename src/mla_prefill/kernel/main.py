@@ -178,16 +178,16 @@ def mla_paged_prefill(
             num_warps=config.num_warps, num_stages=config.num_stages,
         )  # fmt: skip
     if split:
-        # all splits in one load: BLOCK_S * ROWS * BLOCK_D = 8192 fp32 per program (4 warps)
-        block_s, block_d = triton.next_power_of_2(config.num_splits), 128
-        rows = max(1, 64 // block_s)
-        n_rows = total_q * NUM_QO_HEADS
-        _combine_kernel[(triton.cdiv(n_rows, rows), HEAD_DIM_CKV // block_d)](
-            part_o, part_lse, output, lse, n_rows, config.num_splits,
+        # one (token, head) row per program, all splits in one load: BLOCK_S * BLOCK_D <= 8192
+        # fp32 (64 per thread of 4 warps)
+        block_s = triton.next_power_of_2(config.num_splits)
+        block_d = min(HEAD_DIM_CKV, 8192 // block_s)
+        _combine_kernel[(total_q * NUM_QO_HEADS, HEAD_DIM_CKV // block_d)](
+            part_o, part_lse, output, lse, config.num_splits,
             part_o.stride(0), part_lse.stride(0),
             output.stride(0), output.stride(1), lse.stride(0), lse.stride(1),
-            NUM_HEADS=NUM_QO_HEADS, HEAD_CKV=HEAD_DIM_CKV, ROWS=rows, BLOCK_D=block_d,
-            BLOCK_S=block_s, num_warps=4,
+            NUM_HEADS=NUM_QO_HEADS, HEAD_CKV=HEAD_DIM_CKV, BLOCK_D=block_d, BLOCK_S=block_s,
+            num_warps=4,
         )  # fmt: skip
     return output, lse
 
