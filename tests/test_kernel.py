@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from mla_prefill.blobs import SMALL_CASES
 from mla_prefill.fuzz import ARGS, Batch, check_batch, make_batch_inputs, reference_fast
 from mla_prefill.kernel import main
-from mla_prefill.kernel.config import KernelConfig, choose_config
+from mla_prefill.kernel.config import MAX_POOLED_TOKENS, KernelConfig, choose_config
 from mla_prefill.kernel.main import mla_paged_prefill, run
 
 # tolerance of flashinfer-bench's evaluator; outputs are bf16 (8 bits of mantissa: 2 ulp ~ 1.6e-2 rel)
@@ -120,17 +120,22 @@ def test_first_index_block_read_early(name, config, device, reference):
     "config", [tiles(1, 16), tiles(1, 16, 3, 16), tiles(4, 16, 3)], ids=["t1", "t1split3", "t4"]
 )
 def test_64bit_offsets_and_guess(config, device, reference, monkeypatch):
-    kernel, seen = main._mla_prefill_kernel, []
+    seen = []
 
     class Force64:
+        def __init__(self, kernel):
+            self.kernel = kernel
+
         def __getitem__(self, grid):
             def launch(*args, **kw):
                 seen.append((kw["OFFS32"], kw["GUESS32"]))
-                return kernel[grid](*args, **{**kw, "OFFS32": False, "GUESS32": False})
+                return self.kernel[grid](*args, **{**kw, "OFFS32": False, "GUESS32": False})
 
             return launch
 
-    monkeypatch.setattr(main, "_mla_prefill_kernel", Force64())
+    # 1-token split tiles launch the pooled kernel, the others the main kernel
+    for name in ("_mla_prefill_kernel", "_mla_pooled_split_kernel"):
+        monkeypatch.setattr(main, name, Force64(getattr(main, name)))
     run_case(EDGE_CASES["guess_misses"] + [(1, 40), (3, 3)], device, reference, 5, config)
     assert seen == [(True, True)]  # what the shapes chose, before the override
 
@@ -139,6 +144,31 @@ def test_split_one_long_many_short(device, reference):
     """Splits sized per sequence: a long range uses every split, short ones only the first."""
     lengths = [(1, 200), (1, 3), (2, 17), (1, 1), (3, 90)]
     run_case(lengths, device, reference, seed=4, config=tiles(1, 16, 6, 16))
+
+
+# 1-token split tiles pool every token's causal range and cut the pool into pieces of one size:
+# a long range owns many consecutive slots (more than the combine's 16 per load), short ones one,
+# tokens without keys none (output 0, lse -inf); tokens of prefill sequences have ranges of
+# their own causal length
+POOLED_CASES = {
+    "one_long_range_38_pieces": ([(1, 600)], 40),
+    "mixed_lengths_and_empty": ([(1, 200), (0, 0), (1, 3), (4, 0), (2, 17), (1, 1), (3, 90)], 6),
+    "guess_misses": (EDGE_CASES["guess_misses"], 3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(POOLED_CASES))
+def test_pooled_split(name, device, reference):
+    lengths, num_splits = POOLED_CASES[name]
+    run_case(lengths, device, reference, seed=6, config=tiles(1, 16, num_splits, 16))
+
+
+def test_pooled_split_refuses_too_many_tokens(device):
+    inputs = make_batch_inputs(
+        Batch([(MAX_POOLED_TOKENS + 1, MAX_POOLED_TOKENS + 1)], 1100, 0), device
+    )
+    with pytest.raises(ValueError, match="pools at most"):
+        mla_paged_prefill(*[inputs[k] for k in ARGS], config=tiles(1, 16, 2, 16))
 
 
 @pytest.mark.parametrize(
@@ -232,7 +262,8 @@ def test_choose_config_from_shapes_only():
     assert knobs(138, 4, 151) == (32, 4, 3)  # more than one wave
     decode = choose_config(22, 22, 17759)  # decode-like: split the long KV ranges
     assert decode.split and 22 * decode.num_splits <= 3 * 132 and not decode.problems()
-    assert knobs(22, 22, 17759) == (64, 8, 2)  # split decode: 8 warps too (measured, session 8)
+    # split decode: 8 warps too (session 8), one wave of pooled pieces at 3 stages (session 9)
+    assert knobs(22, 22, 17759) == (64, 8, 3) and decode.num_splits == 6
     assert choose_config(22, 22, 17759, num_sms=1).num_splits == 1
     assert choose_config(16384, 1, 16387).num_splits == 1
     assert choose_config(16384, 1, 16387).block_m == 64

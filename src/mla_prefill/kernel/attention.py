@@ -341,14 +341,130 @@ def _mla_prefill_kernel(
 
 
 @triton.jit
+def _mla_pooled_split_kernel(
+    q_nope_ptr,
+    q_pe_ptr,
+    ckv_ptr,
+    kpe_ptr,
+    qo_indptr_ptr,
+    kv_indptr_ptr,
+    kv_indices_ptr,
+    part_o_ptr,
+    part_lse_ptr,
+    table_ptr,
+    stride_qn_t,
+    stride_qn_h,
+    stride_qp_t,
+    stride_qp_h,
+    stride_ckv_p,
+    stride_kpe_p,
+    total_q,
+    batch,
+    qk_scale,
+    num_pieces,
+    NUM_HEADS: tl.constexpr,
+    HEAD_CKV: tl.constexpr,
+    HEAD_KPE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MIN_CHUNK: tl.constexpr,
+    BLOCK_TQ: tl.constexpr,  # >= total_q: every token's range is sized in one vector
+    OFFS32: tl.constexpr,
+    GUESS32: tl.constexpr,
+    INTERPRET: tl.constexpr,
+):
+    """1-token tiles, KV split over a pool: the causal KV ranges of all tokens are cut into
+    pieces of one size, so every program does about the same work whatever the lengths.
+
+    Every program sizes every token's range ``W_t`` (its sequence by the same proportional guess
+    and binary search as the main kernel, vectorised), takes the piece size
+    ``C = max(ceil(sum W / num_pieces), MIN_CHUNK)`` rounded up to ``BLOCK_N``, and numbers the
+    pieces token by token: token t owns ``ceil(W_t / C)`` consecutive slots from
+    ``start_t = sum_{t' < t} ceil(W_t' / C)`` (at most ``num_pieces + total_q`` in all, the grid).
+    Program ``q`` attends its slot's piece and writes the normalised partial output and base-2
+    lse there; program 0 also writes ``start_t`` and the count per token to ``table`` for the
+    combine. Pieces cost the same, unlike equal fractions of unequal ranges (ed999c80: 82-2103
+    keys per token).
+    """
+    q = tl.program_id(0)
+    toks = tl.arange(0, BLOCK_TQ)
+    tok_ok = toks < total_q
+    if GUESS32:
+        guess = toks * batch // total_q
+    else:
+        guess = (toks.to(tl.int64) * batch // total_q).to(tl.int32)
+    guess = tl.maximum(tl.minimum(guess, batch - 1), 0)
+    g_q0 = tl.load(qo_indptr_ptr + guess, mask=tok_ok, other=0)
+    g_q1 = tl.load(qo_indptr_ptr + guess + 1, mask=tok_ok, other=1)
+    g_k0 = tl.load(kv_indptr_ptr + guess, mask=tok_ok, other=0)
+    g_k1 = tl.load(kv_indptr_ptr + guess + 1, mask=tok_ok, other=0)
+    # each token's sequence: the largest b with qo_indptr[b] <= token (the guess, or a search)
+    b_lo = tl.where(g_q0 <= toks, guess, 0)
+    b_hi = tl.where(g_q0 <= toks, tl.where(g_q1 > toks, guess, batch - 1), guess - 1)
+    b_hi = tl.where(tok_ok, b_hi, b_lo)
+    while tl.max(b_hi - b_lo, 0) > 0:
+        active = b_hi > b_lo
+        mid = (b_lo + b_hi + 1) // 2
+        below = tl.load(qo_indptr_ptr + mid, mask=active, other=0) <= toks
+        b_lo = tl.where(active & below, mid, b_lo)
+        b_hi = tl.where(active & (~below), mid - 1, b_hi)
+    miss = tok_ok & (b_lo != guess)
+    q_start = tl.where(miss, tl.load(qo_indptr_ptr + b_lo, mask=miss, other=0), g_q0)
+    q_end = tl.where(miss, tl.load(qo_indptr_ptr + b_lo + 1, mask=miss, other=0), g_q1)
+    kv_start = tl.where(miss, tl.load(kv_indptr_ptr + b_lo, mask=miss, other=0), g_k0)
+    kv_end = tl.where(miss, tl.load(kv_indptr_ptr + b_lo + 1, mask=miss, other=0), g_k1)
+    # token t = query i of its sequence sees KV positions [0, prefix + i + 1)
+    work = (kv_end - kv_start) - (q_end - q_start) + (toks - q_start) + 1
+    work = tl.where(tok_ok, tl.maximum(work, 0), 0)
+    total = tl.sum(work.to(tl.int64), 0)
+    chunk = tl.cdiv(tl.cdiv(total, num_pieces), BLOCK_N) * BLOCK_N
+    chunk = tl.maximum(chunk, MIN_CHUNK).to(tl.int32)  # <= the longest range + BLOCK_N
+    count = tl.cdiv(work, chunk)
+    ends = tl.cumsum(count, 0)
+    starts = ends - count
+    if q == 0:
+        tl.store(table_ptr + toks, starts, mask=tok_ok)
+        tl.store(table_ptr + total_q + toks, count, mask=tok_ok)
+    if q < tl.sum(count, 0):
+        mine = (starts <= q) & (ends > q)  # one token: the pieces of a token are consecutive
+        tok = tl.sum(tl.where(mine, toks, 0), 0)
+        lo = (q - tl.sum(tl.where(mine, starts, 0), 0)) * chunk
+        hi = tl.minimum(lo + chunk, tl.sum(tl.where(mine, work, 0), 0))
+        idx_ptr = kv_indices_ptr + tl.sum(tl.where(mine, kv_start, 0), 0)
+
+        offs_n = tl.arange(0, BLOCK_N)
+        rows = tl.arange(0, NUM_HEADS)
+        row_tok64 = tl.zeros([NUM_HEADS], dtype=tl.int64) + tok
+        pages = tl.load(idx_ptr + lo + offs_n, mask=(lo + offs_n) < hi, other=0)
+        q_n, q_p = _load_q(
+            q_nope_ptr, q_pe_ptr, row_tok64, rows, rows < NUM_HEADS,
+            stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, HEAD_CKV, HEAD_KPE, INTERPRET,
+        )  # fmt: skip
+        acc = tl.zeros([NUM_HEADS, HEAD_CKV], dtype=tl.float32)
+        m_i = tl.full([NUM_HEADS], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([NUM_HEADS], dtype=tl.float32)
+        causal_lim = tl.zeros([NUM_HEADS], dtype=tl.int32) + (hi - 1)  # hi ends the range
+        acc, m_i, l_i, pages = _attend_kv_range(
+            acc, m_i, l_i, pages, q_n, q_p, ckv_ptr, kpe_ptr, idx_ptr, stride_ckv_p, stride_kpe_p,
+            lo, hi, hi, causal_lim, qk_scale,
+            HEAD_CKV, HEAD_KPE, BLOCK_N, True, OFFS32, INTERPRET,
+        )  # fmt: skip
+        l_div = tl.where(l_i > 0.0, l_i, 1.0)  # a piece is never empty: l > 0 always
+        o = acc * (1.0 / l_div)[:, None]
+        slot = q.to(tl.int64) * NUM_HEADS + rows
+        offs_ckv = tl.arange(0, HEAD_CKV)
+        tl.store(part_o_ptr + slot[:, None] * HEAD_CKV + offs_ckv[None, :], o)
+        tl.store(part_lse_ptr + slot, m_i + tl.math.log2(l_div))
+
+
+@triton.jit
 def _combine_kernel(
     part_o_ptr,
     part_lse_ptr,
+    table_ptr,
     out_ptr,
     lse_ptr,
     num_splits,
-    stride_po_s,
-    stride_pl_s,
+    total_q,
     stride_o_t,
     stride_o_h,
     stride_l_t,
@@ -356,37 +472,67 @@ def _combine_kernel(
     NUM_HEADS: tl.constexpr,
     HEAD_CKV: tl.constexpr,
     BLOCK_D: tl.constexpr,
-    BLOCK_S: tl.constexpr,  # >= num_splits: every split is read in one load
+    BLOCK_S: tl.constexpr,
+    POOLED: tl.constexpr,
 ):
     """Merge the normalised partial outputs of one (token, head) row by their base-2 lse.
 
-    Program (row, D block): one load of all splits' lse, then one load of the outputs of the
-    splits that saw a key (two dependent memory round trips in all, whatever the split count).
-    ``[BLOCK_S, BLOCK_D]`` with ``BLOCK_D = 8192 / BLOCK_S`` (capped at 512): up to 16 splits a
-    thread holds all splits of its 4 columns, so the merge is a sum in registers (no shuffles, no
-    barriers); above 16 the warps share the splits again.
+    Partials are ``[slot, head, HEAD_CKV]`` (fp32) and ``[slot, head]``. A row's slots are
+    ``first + k * step`` for ``k < n``: per-tile splits (``POOLED`` off) have ``first`` = token,
+    ``step`` = total_q, ``n`` = num_splits (``BLOCK_S >= num_splits``: one load); pooled pieces
+    (``_mla_pooled_split_kernel``) read ``first`` and ``n`` from ``table`` and have step 1, any
+    ``n`` (blocks of ``BLOCK_S`` after the first are merged online).
+
+    Program (row, D block): one load of the first block's lse, then one load of the outputs of
+    the slots that saw a key (two dependent memory round trips, three with the table).
+    ``[BLOCK_S, BLOCK_D]`` with ``BLOCK_D = 8192 / BLOCK_S`` (capped at 512): up to 16 slots a
+    thread holds all slots of its 4 columns, so the merge is a sum in registers (no shuffles, no
+    barriers); above 16 the warps share the slots again.
     """
     row = tl.program_id(0).to(tl.int64)
+    tok = row // NUM_HEADS
+    head = row % NUM_HEADS
     offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     offs_s = tl.arange(0, BLOCK_S)
-    part = tl.load(
-        part_lse_ptr + offs_s * stride_pl_s + row, mask=offs_s < num_splits, other=float("-inf")
-    )
-    m = tl.max(part, 0)
-    m_use = tl.where(m == float("-inf"), 0.0, m)
+    if POOLED:
+        first = tl.load(table_ptr + tok).to(tl.int64)
+        n = tl.load(table_ptr + total_q + tok)
+        step = 1
+    else:
+        first = tok
+        n = num_splits
+        step = total_q
+    lse_at = (first + offs_s * step) * NUM_HEADS + head
+    part = tl.load(part_lse_ptr + lse_at, mask=offs_s < n, other=float("-inf"))
+    m_use = tl.max(part, 0)
+    m_use = tl.where(m_use == float("-inf"), 0.0, m_use)
     w = tl.math.exp2(part - m_use)  # 0 for splits that saw no key
     den = tl.sum(w, 0)
     o_s = tl.load(
-        part_o_ptr + offs_s[:, None] * stride_po_s + row * HEAD_CKV + offs_d[None, :],
+        part_o_ptr + lse_at[:, None] * HEAD_CKV + offs_d[None, :],
         mask=(part > float("-inf"))[:, None],
         other=0.0,
     )  # the outputs of empty splits are never read
     acc = tl.sum(w[:, None] * o_s, 0)
+    if POOLED:
+        # pooled pieces are never empty, so m_use is a piece's finite lse from here on
+        for k0 in range(BLOCK_S, n, BLOCK_S):
+            lse_at = (first + k0 + offs_s) * NUM_HEADS + head
+            part = tl.load(part_lse_ptr + lse_at, mask=k0 + offs_s < n, other=float("-inf"))
+            m_new = tl.maximum(m_use, tl.max(part, 0))
+            alpha = tl.math.exp2(m_use - m_new)
+            w = tl.math.exp2(part - m_new)
+            o_s = tl.load(
+                part_o_ptr + lse_at[:, None] * HEAD_CKV + offs_d[None, :],
+                mask=(part > float("-inf"))[:, None],
+                other=0.0,
+            )
+            acc = acc * alpha + tl.sum(w[:, None] * o_s, 0)
+            den = den * alpha + tl.sum(w, 0)
+            m_use = m_new
     seen = den > 0.0
     den_div = tl.where(seen, den, 1.0)
     o = acc * (1.0 / den_div)
-    tok = row // NUM_HEADS
-    head = row % NUM_HEADS
     tl.store(
         out_ptr + tok * stride_o_t + head * stride_o_h + offs_d, o.to(out_ptr.dtype.element_ty)
     )

@@ -10,7 +10,8 @@ from .validate import HEAD_DIM_CKV, NUM_QO_HEADS
 
 NUM_SMS_HOPPER = 132
 PARTIAL_BYTES_CAP = 256 << 20  # fp32 partial outputs of a split launch stay under this
-MAX_SPLITS = 64  # the combine reads every split of a row in one load
+MAX_SPLITS = 64  # the combine reads every per-tile split of a row in one load
+MAX_POOLED_TOKENS = 1024  # a pooled split sizes every token's range in one vector per program
 KERNELS = ("triton", "gluon")  # gluon: warp-specialised Hopper kernel for 64-row tiles
 DEFAULT_MIN_CHUNK = 128  # KV positions: below this a split costs more (partial write) than it saves
 
@@ -23,7 +24,10 @@ class KernelConfig:
     block_n:    KV positions per inner-loop step.
     num_splits: programs per query tile along the KV axis; 1 = no split. Each (tile, sequence) KV
                 range is cut into ``num_splits`` equal ``block_n``-aligned pieces of at least
-                ``min_chunk`` positions (shorter ranges leave the last splits empty).
+                ``min_chunk`` positions (shorter ranges leave the last splits empty). 1-token
+                tiles (Triton kernel) pool instead: the ranges of all tokens are cut into about
+                ``num_splits * total_q`` pieces of one size (at least ``min_chunk``), so long
+                and short ranges cost their length, not an equal share of programs.
     min_chunk:  a multiple of ``block_n``; only used when ``num_splits > 1``.
     num_warps, num_stages: Triton launch knobs (the gluon kernel has its own: two warpgroups,
                 two KV stages).
@@ -96,10 +100,11 @@ def choose_config(
       tiles run the warp-specialised Gluon kernel (64-key blocks): 1.27-1.88x the Triton
       kernel's speed on every workload from 199 tokens up (benchmarks/NOTES.md, session 4).
     - When the query tiles leave SMs idle, sequences average >= 256 KV positions and the prefix
-      dominates (at least as many KV positions as queries again), every tile's
-      KV range is split over about two waves of programs (``num_splits`` per tile), no piece
-      shorter than ``DEFAULT_MIN_CHUNK``; the split count is bounded so the fp32 partial outputs
-      stay under ``PARTIAL_BYTES_CAP``.
+      dominates (at least as many KV positions as queries again), the KV is split, no piece
+      shorter than ``DEFAULT_MIN_CHUNK``: 1-token tiles pool their ranges into about one wave
+      of equal pieces (``num_splits * total_q``, 3 stages), larger tiles cut every tile's range
+      over about two waves of programs (``num_splits`` per tile); the split count is bounded so
+      the fp32 partial outputs stay under ``PARTIAL_BYTES_CAP``.
     """
     if total_q <= 0:
         raise ValueError(f"choose_config: total_q must be > 0, got {total_q}")
@@ -135,7 +140,13 @@ def choose_config(
     num_tiles = -(-total_q // block_t)
     num_splits = 1
     if num_tiles < num_sms and long_prefix:
-        num_splits = -(-2 * num_sms // num_tiles)
+        # pooled pieces (1-token tiles, Triton kernel) are all alike: about one wave of them,
+        # with the gathers double-buffered (ed999c80: 23.5 us against 25.4 at 2 stages, 26.6 at
+        # two waves of 128-key pieces; session 9). Per-tile splits: about two waves
+        pooled = block_t == 1 and kernel == "triton"
+        if pooled:
+            num_stages = 3
+        num_splits = -(-(1 if pooled else 2) * num_sms // num_tiles)
         num_splits = min(num_splits, -(-num_kv_indices // DEFAULT_MIN_CHUNK))
         max_splits = max(1, PARTIAL_BYTES_CAP // (total_q * NUM_QO_HEADS * HEAD_DIM_CKV * 4))
         num_splits = max(1, min(num_splits, max_splits, MAX_SPLITS))

@@ -11,8 +11,13 @@ from typing import Optional, Tuple
 import torch
 import triton
 
-from .attention import _combine_kernel, _mla_prefill_kernel, is_interpreter
-from .config import NUM_SMS_HOPPER, KernelConfig, choose_config
+from .attention import (
+    _combine_kernel,
+    _mla_pooled_split_kernel,
+    _mla_prefill_kernel,
+    is_interpreter,
+)
+from .config import MAX_POOLED_TOKENS, NUM_SMS_HOPPER, KernelConfig, choose_config
 from .validate import (
     HEAD_DIM_CKV,
     HEAD_DIM_KPE,
@@ -62,6 +67,24 @@ def default_config(
         interpret=interpret,
         hopper=on_gpu and _compute_capability(index)[0] == 9 and gluon_available(),
     )
+
+
+def _launch_combine(part_o, part_lse, table, output, lse, num_splits, pooled):
+    """Merge the split partials into ``output``/``lse``: one (token, head) row per program.
+
+    Per-tile splits read all of a row's splits in one load (``BLOCK_S >= num_splits``); pooled
+    pieces (any count per token) go 16 at a time. ``BLOCK_S * BLOCK_D <= 8192`` fp32: 64 per
+    thread of 4 warps.
+    """
+    total_q = output.shape[0]
+    block_s = 16 if pooled else triton.next_power_of_2(num_splits)
+    block_d = min(HEAD_DIM_CKV, 8192 // block_s)
+    _combine_kernel[(total_q * NUM_QO_HEADS, HEAD_DIM_CKV // block_d)](
+        part_o, part_lse, part_lse if table is None else table, output, lse, num_splits, total_q,
+        output.stride(0), output.stride(1), lse.stride(0), lse.stride(1),
+        NUM_HEADS=NUM_QO_HEADS, HEAD_CKV=HEAD_DIM_CKV, BLOCK_D=block_d, BLOCK_S=block_s,
+        POOLED=pooled, num_warps=4,
+    )  # fmt: skip
 
 
 def mla_paged_prefill(
@@ -132,17 +155,47 @@ def mla_paged_prefill(
         bad.append(f"the gluon kernel needs a Hopper GPU (sm_90), this one is sm_{cc[0]}{cc[1]}")
     elif config.kernel == "gluon" and not gluon_available():
         bad.append(f"the gluon kernel needs Triton 3.6's Gluon API, found {triton.__version__}")
+    split = config.split
+    # 1-token tiles pool their KV ranges and cut the pool into equal pieces (one program each)
+    pooled = split and config.block_t == 1 and config.kernel == "triton"
+    if pooled and total_q > MAX_POOLED_TOKENS:
+        bad.append(
+            f"a split of 1-token tiles pools at most {MAX_POOLED_TOKENS} tokens, got total_q "
+            f"{total_q}: use block_t >= 2 or num_splits 1"
+        )
     if bad:
         raise ValueError("config: " + "; ".join(bad))
-    split = config.split
+    # every gathered element's offset (page * stride + column) fits int32: cheaper addresses
+    offs32 = max(num_pages * ckv_cache.stride(0), num_pages * kpe_cache.stride(0)) < 2**31
+    guess32 = total_q * batch < 2**31
+    dev = q_nope.device
+    if pooled:
+        num_pieces = config.num_splits * total_q  # pieces in all (about; + one tail per token)
+        slots = num_pieces + total_q
+        part_o = torch.empty((slots, NUM_QO_HEADS, HEAD_DIM_CKV), dtype=torch.float32, device=dev)
+        part_lse = torch.empty((slots, NUM_QO_HEADS), dtype=torch.float32, device=dev)
+        table = torch.empty((2 * total_q,), dtype=torch.int32, device=dev)
+        _mla_pooled_split_kernel[(slots,)](
+            q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices,
+            part_o, part_lse, table,
+            q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
+            ckv_cache.stride(0), kpe_cache.stride(0),
+            total_q, batch, scale * LOG2E, num_pieces,
+            NUM_HEADS=NUM_QO_HEADS, HEAD_CKV=HEAD_DIM_CKV, HEAD_KPE=HEAD_DIM_KPE,
+            BLOCK_N=config.block_n, MIN_CHUNK=config.min_chunk,
+            BLOCK_TQ=max(16, triton.next_power_of_2(total_q)), OFFS32=offs32, GUESS32=guess32,
+            INTERPRET=interpret, num_warps=config.num_warps, num_stages=config.num_stages,
+        )  # fmt: skip
+        _launch_combine(part_o, part_lse, table, output, lse, 0, True)
+        return output, lse
     if split:
         part_o = torch.empty(
             (config.num_splits, total_q, NUM_QO_HEADS, HEAD_DIM_CKV),
             dtype=torch.float32,
-            device=q_nope.device,
+            device=dev,
         )
         part_lse = torch.empty(
-            (config.num_splits, total_q, NUM_QO_HEADS), dtype=torch.float32, device=q_nope.device
+            (config.num_splits, total_q, NUM_QO_HEADS), dtype=torch.float32, device=dev
         )
         dst_o, dst_lse = part_o, part_lse
         stride_o_s, stride_l_s = part_o.stride(0), part_lse.stride(0)
@@ -160,8 +213,6 @@ def mla_paged_prefill(
         stride_l_s, dst_lse.stride(-2), dst_lse.stride(-1),
         total_q, batch, scale * LOG2E,
     )  # fmt: skip
-    # every gathered element's offset (page * stride + column) fits int32: cheaper addresses
-    offs32 = max(num_pages * ckv_cache.stride(0), num_pages * kpe_cache.stride(0)) < 2**31
     consts = dict(
         NUM_HEADS=NUM_QO_HEADS, HEAD_CKV=HEAD_DIM_CKV, HEAD_KPE=HEAD_DIM_KPE,
         BLOCK_T=config.block_t, BLOCK_N=config.block_n,
@@ -173,22 +224,11 @@ def mla_paged_prefill(
         _mla_prefill_ws_kernel[grid](*args, **consts, num_warps=4)
     else:
         _mla_prefill_kernel[grid](
-            *args, num_kv, **consts, OFFS32=offs32, GUESS32=total_q * batch < 2**31,
-            INTERPRET=interpret,
+            *args, num_kv, **consts, OFFS32=offs32, GUESS32=guess32, INTERPRET=interpret,
             num_warps=config.num_warps, num_stages=config.num_stages,
         )  # fmt: skip
     if split:
-        # one (token, head) row per program, all splits in one load: BLOCK_S * BLOCK_D <= 8192
-        # fp32 (64 per thread of 4 warps)
-        block_s = triton.next_power_of_2(config.num_splits)
-        block_d = min(HEAD_DIM_CKV, 8192 // block_s)
-        _combine_kernel[(total_q * NUM_QO_HEADS, HEAD_DIM_CKV // block_d)](
-            part_o, part_lse, output, lse, config.num_splits,
-            part_o.stride(0), part_lse.stride(0),
-            output.stride(0), output.stride(1), lse.stride(0), lse.stride(1),
-            NUM_HEADS=NUM_QO_HEADS, HEAD_CKV=HEAD_DIM_CKV, BLOCK_D=block_d, BLOCK_S=block_s,
-            num_warps=4,
-        )  # fmt: skip
+        _launch_combine(part_o, part_lse, None, output, lse, config.num_splits, False)
     return output, lse
 
 
