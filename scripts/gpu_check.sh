@@ -7,7 +7,9 @@
 #   run [ARGS]     mla-prefill run ... (flashinfer-bench's evaluator; traces under traces/)
 #   py FILE ARGS   any python script (experiments); PY_TIMEOUT (s) bounds it
 # Carry: .whl (scripts/prepare_wheels.sh) and, if present, .fi_aot (a prebuilt FlashInfer module).
-# Exits non-zero on the first failing step.
+# Stops at the first failing step (its status is the exit code); KEEP_GOING=1 runs the remaining
+# steps anyway and exits with the first failure's status (a timed-out fuzz, resumable with
+# --resume, then does not cost the steps after it).
 set -uo pipefail
 shopt -s extglob
 cd "$(dirname "$0")/.."
@@ -41,8 +43,10 @@ while [ $i -lt ${#steps[@]} ]; do
   esac
   rc=$?
   echo "== step $step: rc=$rc in $(( $(date +%s) - t0 )) s"
-  [ $rc -ne 0 ] && break
+  [ $rc -ne 0 ] && [ "${first_rc:-0}" -eq 0 ] && first_rc=$rc
+  [ $rc -ne 0 ] && [ -z "${KEEP_GOING:-}" ] && break
 done
+rc=${first_rc:-0}
 # keep a JIT-built FlashInfer module so the next call can skip compiling it
 so=$(find ~/.cache/flashinfer -name '*.so' -path '*mla*' 2>/dev/null | head -5)
 if [ -n "$so" ] && [ ! -d .fi_aot ]; then
