@@ -316,6 +316,21 @@ def test_gpu_random_sweep(device):
         assert res["ok"], res
 
 
+def test_fuzz_coverage_counts_each_split_path():
+    from mla_prefill.fuzz import coverage
+
+    base = dict(empty_seqs=0, max_q_len=1, max_kv_len=10, batch_size=1, duplicate_pages=[])
+    runs = [
+        dict(base, total_q=22, kernel="triton", block_t=1, num_splits=6),  # pooled
+        dict(base, total_q=400, kernel="gluon", block_t=4, num_splits=3),  # per-tile, Gluon
+        dict(base, total_q=400, kernel="triton", block_t=4, num_splits=3),  # per-tile, Triton
+        dict(base, total_q=5, kernel="triton", block_t=1, num_splits=1),  # no split
+    ]
+    cov = coverage(runs)
+    paths = ("kv_split_path", "gluon_kv_split_path", "pooled_kv_split_path")
+    assert [cov[k] for k in paths] == [3, 1, 1]
+
+
 def test_fuzz_resume_continues_the_same_batches(tmp_path, device):
     """An interrupted sweep resumes where it stopped and draws the same batches as one full run."""
     import json

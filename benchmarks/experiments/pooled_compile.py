@@ -49,7 +49,10 @@ def report(name, kernel):
     ops = collections.Counter(re.findall(r"\b(BAR|SHFL|LDS|STS)[A-Z0-9.]*", sass))
     ttgir = kernel.asm["ttgir"]
     bufs = re.findall(r"local_alloc : \(\) -> !ttg.memdesc<(\d+)x", ttgir)
-    print(f"{name}: {regs} registers, {n} SASS instructions, {dict(ops)}, buffers {bufs}")
+    smem = kernel.metadata.shared
+    print(
+        f"{name}: {regs} registers, {smem} B shared, {n} SASS instructions, {dict(ops)}, buffers {bufs}"
+    )
 
 
 def main(argv):

@@ -161,15 +161,16 @@ def check_batch(batch: Batch, device: str, fn=None, atol=1e-2, rtol=1e-2) -> dic
 
 
 def _launch(batch: Batch, device: str) -> dict:
-    """The kernel and KV split count our launcher picks for this batch (the path it exercised)."""
+    """The kernel, tile and KV split count our launcher picks for this batch (the path it
+    exercised)."""
     from mla_prefill.kernel.main import default_config
 
     T = sum(q for q, _ in batch.lengths)
     if T == 0:
-        return {"kernel": "none", "num_splits": 0}
+        return {"kernel": "none", "num_splits": 0, "block_t": 0}
     n_kv = sum(k for _, k in batch.lengths)
     cfg = default_config(T, len(batch.lengths), n_kv, torch.device(device))
-    return {"kernel": cfg.kernel, "num_splits": cfg.num_splits}
+    return {"kernel": cfg.kernel, "num_splits": cfg.num_splits, "block_t": cfg.block_t}
 
 
 def coverage(results: List[dict]) -> dict:
@@ -186,6 +187,11 @@ def coverage(results: List[dict]) -> dict:
         "gluon_kernel": sum(r.get("kernel") == "gluon" for r in results),
         "gluon_kv_split_path": sum(
             r.get("kernel") == "gluon" and r["num_splits"] > 1 for r in results
+        ),
+        # 1-token split tiles: the pooled kernel (results before session 9 lack block_t)
+        "pooled_kv_split_path": sum(
+            r.get("kernel") == "triton" and r.get("block_t") == 1 and r["num_splits"] > 1
+            for r in results
         ),
         "total_q_ge_8k": sum(r["total_q"] >= 8192 for r in results),
         "last_page_used": len(results),  # every batch maps some position to page num_pages - 1
