@@ -14,28 +14,15 @@ import tempfile
 from pathlib import Path
 
 import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 
 sys.path.insert(0, str(Path(__file__).parent))
-from ttgir_buffers import signature  # noqa: E402
+from ttgir_buffers import compile_kernel  # noqa: E402
 
 from mla_prefill.kernel.attention import _combine_kernel, _mla_pooled_split_kernel  # noqa: E402
 
 FP32 = ("part_o_ptr", "part_lse_ptr", "lse_ptr")
+ALIGNED = ("table_ptr", "out_ptr")
 CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-
-
-def compile_kernel(fn, consts, warps, stages):
-    sig, attrs = signature(fn.arg_names)
-    for i, n in enumerate(fn.arg_names):
-        if n in FP32:
-            sig[n] = "*fp32"
-        if n in FP32 + ("table_ptr", "out_ptr"):
-            attrs[(i,)] = [["tt.divisibility", 16]]
-    src = ASTSource(fn, sig, consts, attrs)
-    opts = dict(num_warps=warps, num_stages=stages)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
 
 
 def report(name, kernel):
@@ -61,11 +48,13 @@ def main(argv):
                   BLOCK_TQ=32, OFFS32=True, GUESS32=True, INTERPRET=False)  # fmt: skip
     report(
         f"pooled {bn},{warps},{stages}",
-        compile_kernel(_mla_pooled_split_kernel, consts, warps, stages),
+        compile_kernel(_mla_pooled_split_kernel, consts, warps, stages, FP32, ALIGNED),
     )
     for pooled in (True, False):
         consts = dict(NUM_HEADS=16, HEAD_CKV=512, BLOCK_D=512, BLOCK_S=16, POOLED=pooled)
-        report(f"combine pooled={pooled}", compile_kernel(_combine_kernel, consts, 4, 3))
+        report(
+            f"combine pooled={pooled}", compile_kernel(_combine_kernel, consts, 4, 3, FP32, ALIGNED)
+        )
 
 
 if __name__ == "__main__":

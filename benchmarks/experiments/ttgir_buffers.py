@@ -49,15 +49,28 @@ def signature(names, split=False):
     return sig, attrs
 
 
-def compile_config(block_t, block_n, warps, stages, split=False, offs32=True):
-    sig, attrs = signature(_mla_prefill_kernel.arg_names, split)
-    consts = dict(NUM_HEADS=16, HEAD_CKV=512, HEAD_KPE=64, BLOCK_T=block_t, BLOCK_N=block_n,
-                  MIN_CHUNK=128 if split else 0, OFFS32=offs32,
-                  GUESS32=True, INTERPRET=False)  # fmt: skip
-    src = ASTSource(_mla_prefill_kernel, sig, consts, attrs)
+def compile_kernel(fn, consts, warps, stages, fp32=(), aligned=()):
+    """Compile ``fn`` for sm_90 with ``signature``'s types and hints; the pointer arguments named
+    in ``fp32`` are fp32 (split partials, lse), and those and the ones in ``aligned`` are marked
+    16-divisible as a launch would find them."""
+    sig, attrs = signature(fn.arg_names)
+    for i, n in enumerate(fn.arg_names):
+        if n in fp32:
+            sig[n] = "*fp32"
+        if n in fp32 or n in aligned:
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    src = ASTSource(fn, sig, consts, attrs)
     return triton.compile(
         src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages)
     )
+
+
+def compile_config(block_t, block_n, warps, stages, split=False, offs32=True):
+    consts = dict(NUM_HEADS=16, HEAD_CKV=512, HEAD_KPE=64, BLOCK_T=block_t, BLOCK_N=block_n,
+                  MIN_CHUNK=128 if split else 0, OFFS32=offs32,
+                  GUESS32=True, INTERPRET=False)  # fmt: skip
+    fp32 = ("out_ptr",) if split else ()
+    return compile_kernel(_mla_prefill_kernel, consts, warps, stages, fp32)
 
 
 def main(argv):
