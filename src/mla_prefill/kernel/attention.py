@@ -25,10 +25,12 @@ Design (FlashAttention-2 style online softmax, Dao 2023, in base 2 as in Triton'
   load, ~0.4 us, off the chain). Their rows share one causal limit, so one masked loop walks
   the whole range (a third less code); larger tiles run an unmasked loop, then the diagonal
   band, which starts on the indices the first loop already loaded.
-- Decode-like batches (few query tiles, long KV) cut every tile's KV range into ``num_splits``
-  equal pieces of at least ``MIN_CHUNK`` positions, one program each (no program is spent on a
-  range past a sequence's end unless the sequence is short); ``_combine_kernel`` merges the
-  normalised partial outputs by their base-2 lse.
+- Decode-like batches (few query tiles, long KV) split the KV. 1-token tiles pool the causal
+  ranges of all tokens and cut the pool into pieces of one size, one program each
+  (``_mla_pooled_split_kernel``); larger tiles cut every tile's range into ``num_splits`` equal
+  pieces of at least ``MIN_CHUNK`` positions (``_mla_prefill_kernel`` with ``MIN_CHUNK > 0``; no
+  program is spent on a range past a sequence's end unless the sequence is short).
+  ``_combine_kernel`` merges the normalised partial outputs by their base-2 lse.
 """
 
 import os

@@ -123,8 +123,9 @@ def choose_config(
             # one wave: a tile's time is its instruction stream (address math of the gather,
             # MMA fragments), so 8 warps share it; one 32-key step for short ranges (ranges of
             # several sequences average <= 17 keys), else 64-key steps (2 stages: measured faster
-            # than 1 even on one-step ranges, session 7). Split decode batches too: 33.8 us
-            # against 36.2 for 4 warps / 32-key steps / 3 stages on ed999c80 (session 8)
+            # than 1 even on one-step ranges, session 7). Split decode batches too (session 8:
+            # 33.8 us against 36.2 for 4 warps / 32-key steps on ed999c80); their pooled pieces
+            # then take 3 stages (below)
             num_warps = 8
             if avg_kv <= (32 if batch == 1 else 17):
                 block_n, num_stages = 32, 2
@@ -144,8 +145,8 @@ def choose_config(
         # with the gathers double-buffered (ed999c80: 23.5 us against 25.4 at 2 stages, 26.6 at
         # two waves of 128-key pieces; session 9). Per-tile splits: about two waves
         pooled = block_t == 1 and kernel == "triton"
-        if pooled:
-            num_stages = 3
+        if pooled and hopper:
+            num_stages = 3  # 168 KB of shared memory at 64-key steps: more than an A100 has
         num_splits = -(-(1 if pooled else 2) * num_sms // num_tiles)
         num_splits = min(num_splits, -(-num_kv_indices // DEFAULT_MIN_CHUNK))
         max_splits = max(1, PARTIAL_BYTES_CAP // (total_q * NUM_QO_HEADS * HEAD_DIM_CKV * 4))
