@@ -37,21 +37,22 @@ def report(name, kernel):
     ttgir = kernel.asm["ttgir"]
     bufs = re.findall(r"local_alloc : \(\) -> !ttg.memdesc<(\d+)x", ttgir)
     smem = kernel.metadata.shared
+    gdc = re.findall(r"griddepcontrol\.\w+", kernel.asm["ptx"])
     print(
-        f"{name}: {regs} registers, {smem} B shared, {n} SASS instructions, {dict(ops)}, buffers {bufs}"
+        f"{name}: {regs} registers, {smem} B shared, {n} SASS instructions, {dict(ops)}, buffers {bufs}, {gdc}"
     )
 
 
 def main(argv):
     bn, warps, stages = (int(x) for x in (argv[0] if argv else "64,8,3").split(","))
     consts = dict(NUM_HEADS=16, HEAD_CKV=512, HEAD_KPE=64, BLOCK_N=bn, MIN_CHUNK=128,
-                  BLOCK_TQ=32, OFFS32=True, GUESS32=True, INTERPRET=False)  # fmt: skip
+                  BLOCK_TQ=32, OFFS32=True, GUESS32=True, INTERPRET=False, USE_PDL=True)  # fmt: skip
     report(
         f"pooled {bn},{warps},{stages}",
         compile_kernel(_mla_pooled_split_kernel, consts, warps, stages, FP32, ALIGNED),
     )
     for pooled in (True, False):
-        consts = dict(NUM_HEADS=16, HEAD_CKV=512, BLOCK_D=512, BLOCK_S=16, POOLED=pooled)
+        consts = dict(NUM_HEADS=16, HEAD_CKV=512, BLOCK_D=512, BLOCK_S=16, POOLED=pooled, USE_PDL=True)
         report(
             f"combine pooled={pooled}", compile_kernel(_combine_kernel, consts, 4, 3, FP32, ALIGNED)
         )

@@ -30,13 +30,16 @@ Design (FlashAttention-2 style online softmax, Dao 2023, in base 2 as in Triton'
   (``_mla_pooled_split_kernel``); larger tiles cut every tile's range into ``num_splits`` equal
   pieces of at least ``MIN_CHUNK`` positions (``_mla_prefill_kernel`` with ``MIN_CHUNK > 0``; no
   program is spent on a range past a sequence's end unless the sequence is short).
-  ``_combine_kernel`` merges the normalised partial outputs by their base-2 lse.
+  ``_combine_kernel`` merges the normalised partial outputs by their base-2 lse. On sm_90+ it is
+  a programmatic dependent launch of the split kernel, so its launch overlaps the split's end
+  (ed999c80: 23.6 -> 22.3 us, NOTES.md session 10).
 """
 
 import os
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 
 def is_interpreter() -> bool:
@@ -373,6 +376,7 @@ def _mla_pooled_split_kernel(
     OFFS32: tl.constexpr,
     GUESS32: tl.constexpr,
     INTERPRET: tl.constexpr,
+    USE_PDL: tl.constexpr,  # sm_90+: let the combine launch early (it waits for this grid's end)
 ):
     """1-token tiles, KV split over a pool: the causal KV ranges of all tokens are cut into
     pieces of one size, so every program does about the same work whatever the lengths.
@@ -387,6 +391,10 @@ def _mla_pooled_split_kernel(
     combine. Pieces cost the same, unlike equal fractions of unequal ranges (ed999c80: 82-2103
     keys per token).
     """
+    if USE_PDL:
+        # every program of this grid is resident once all have passed here, so the combine's
+        # programs (waiting in gdc_wait) can never hold back one of ours
+        gdc_launch_dependents()
     q = tl.program_id(0)
     toks = tl.arange(0, BLOCK_TQ)
     tok_ok = toks < total_q
@@ -476,6 +484,7 @@ def _combine_kernel(
     BLOCK_D: tl.constexpr,
     BLOCK_S: tl.constexpr,
     POOLED: tl.constexpr,
+    USE_PDL: tl.constexpr,  # launched as a programmatic dependent of the split kernel
 ):
     """Merge the normalised partial outputs of one (token, head) row by their base-2 lse.
 
@@ -491,6 +500,8 @@ def _combine_kernel(
     thread holds all slots of its 4 columns, so the merge is a sum in registers (no shuffles, no
     barriers); above 16 the warps share the slots again.
     """
+    if USE_PDL:
+        gdc_wait()  # the split kernel has finished and its partials are visible
     row = tl.program_id(0).to(tl.int64)
     tok = row // NUM_HEADS
     head = row % NUM_HEADS

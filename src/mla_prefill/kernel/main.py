@@ -69,7 +69,7 @@ def default_config(
     )
 
 
-def _launch_combine(part_o, part_lse, table, output, lse, num_splits, pooled):
+def _launch_combine(part_o, part_lse, table, output, lse, num_splits, pooled, pdl):
     """Merge the split partials into ``output``/``lse``: one (token, head) row per program.
 
     Per-tile splits read all of a row's splits in one load (``BLOCK_S >= num_splits``); pooled
@@ -83,7 +83,7 @@ def _launch_combine(part_o, part_lse, table, output, lse, num_splits, pooled):
         part_o, part_lse, part_lse if table is None else table, output, lse, num_splits, total_q,
         output.stride(0), output.stride(1), lse.stride(0), lse.stride(1),
         NUM_HEADS=NUM_QO_HEADS, HEAD_CKV=HEAD_DIM_CKV, BLOCK_D=block_d, BLOCK_S=block_s,
-        POOLED=pooled, num_warps=4,
+        POOLED=pooled, USE_PDL=pdl, num_warps=4, launch_pdl=pdl,
     )  # fmt: skip
 
 
@@ -168,6 +168,8 @@ def mla_paged_prefill(
     # every gathered element's offset (page * stride + column) fits int32: cheaper addresses
     offs32 = max(num_pages * ckv_cache.stride(0), num_pages * kpe_cache.stride(0)) < 2**31
     guess32 = total_q * batch < 2**31
+    # programmatic dependent launch (sm_90+): the combine's launch overlaps the split kernel's end
+    pdl = cc[0] >= 9
     dev = q_nope.device
     if pooled:
         num_pieces = config.num_splits * total_q  # pieces in all (about; + one tail per token)
@@ -184,9 +186,10 @@ def mla_paged_prefill(
             NUM_HEADS=NUM_QO_HEADS, HEAD_CKV=HEAD_DIM_CKV, HEAD_KPE=HEAD_DIM_KPE,
             BLOCK_N=config.block_n, MIN_CHUNK=config.min_chunk,
             BLOCK_TQ=max(16, triton.next_power_of_2(total_q)), OFFS32=offs32, GUESS32=guess32,
-            INTERPRET=interpret, num_warps=config.num_warps, num_stages=config.num_stages,
+            INTERPRET=interpret, USE_PDL=pdl, num_warps=config.num_warps,
+            num_stages=config.num_stages,
         )  # fmt: skip
-        _launch_combine(part_o, part_lse, table, output, lse, 0, True)
+        _launch_combine(part_o, part_lse, table, output, lse, 0, True, pdl)
         return output, lse
     if split:
         part_o = torch.empty(
@@ -228,7 +231,7 @@ def mla_paged_prefill(
             num_warps=config.num_warps, num_stages=config.num_stages,
         )  # fmt: skip
     if split:
-        _launch_combine(part_o, part_lse, None, output, lse, config.num_splits, False)
+        _launch_combine(part_o, part_lse, None, output, lse, config.num_splits, False, pdl)
     return output, lse
 
 
