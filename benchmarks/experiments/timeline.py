@@ -17,6 +17,7 @@ the printed summary is the median over repetitions of (min, median, max over pro
 
 import importlib
 import json
+import os
 import re
 import shutil
 import statistics
@@ -85,7 +86,7 @@ ATTENTION = [
 ]
 MAIN = [
     (r"(LOG2E = .*\n)", r"\1_DBG = [None, None]\n"),
-    (r"(            part_o, part_lse, table,)\n", r"\1 _DBG[0],\n"),
+    (r"(total_q, batch, scale \* LOG2E, num_pieces,)", r"\1 _DBG[0],"),
     (r"(\*args, num_kv,)", r"\1 _DBG[0],"),
     (r"(output.stride\(0\), output.stride\(1\), lse.stride\(0\), lse.stride\(1\),)",
      r"\1 _DBG[1],"),
@@ -164,6 +165,8 @@ def main(path, specs):
             for d in dbg:
                 d.zero_()
             scrub.fill_(1)
+            if os.environ.get("SCRUB") == "read":  # leave L2 full of clean lines instead
+                scrub.sum()
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             e0.record()
             call()
