@@ -9,8 +9,9 @@ shipped sources are not touched. Each record point:
                 registers, 3 KV loop done, 4 partial/output stored (issued)
     combine:    0 start, 1 past gdc_wait, 2 stored (issued)
 
-The call is timed like ``mla-prefill bench`` (256 MB scrub before it, cold L2), several times;
-the printed summary is the median over repetitions of (min, median, max over programs).
+Each call follows a 256 MB write scrub (cold L2, as ``mla-prefill bench``; ``SCRUB=read`` reads
+it back first, leaving clean lines), 9 times; the repetition with the median event time is printed
+as (min, median, max over programs) and saved. Events include host time here (no spin ahead).
 
     python -u benchmarks/experiments/timeline.py OUT.json ed999c80:default 9265de63:default
 """
@@ -193,7 +194,10 @@ def main(path, specs):
             print(f"  {kern}: {s['programs']} programs on {s['sms']} SMs")
             for key in [k for k in s if k.endswith("_us")]:
                 print(f"    {key:10s} {stats(s[key])}")
-        report["runs"].append({"spec": spec, "reps": reps})
+        report["runs"].append(
+            {"spec": spec, "event_us_all": [round(r["event_us"], 1) for r in reps],
+             "median_rep": med}
+        )  # fmt: skip
     Path(path).write_text(json.dumps(report))
 
 
