@@ -31,7 +31,7 @@ import torch
 from mla_prefill.bench import make_inputs, parse_configs
 from mla_prefill.io import load_index_tensors, load_workloads, repo_root
 
-HELPERS = '''
+HELPERS = """
 
 @triton.jit
 def _rec(dbg, k, dep):
@@ -52,45 +52,67 @@ def _smid(dbg):
                                   is_pure=False, pack=1)
     tl.store(dbg + 15 + tl.arange(0, 1), s.to(tl.int64))
 
-'''
+"""
 
 # (pattern, replacement) applied once each to attention.py; every pattern must match exactly once
 ATTENTION = [
     (r"(def is_interpreter\(\) -> bool:\n.*?\n.*?\n)", r"\1" + HELPERS.replace("\\", "\\\\")),
     # pooled split kernel
     (r"(    num_pieces,\n)", r"\1    dbg_ptr,\n"),
-    (r"(    q = tl.program_id\(0\)\n)", r"\1    dbg = dbg_ptr + q * 16\n    _rec(dbg, 0, q)\n    _smid(dbg)\n"),
+    (
+        r"(    q = tl.program_id\(0\)\n)",
+        r"\1    dbg = dbg_ptr + q * 16\n    _rec(dbg, 0, q)\n    _smid(dbg)\n",
+    ),
     (r"(    chunk = tl.maximum\(chunk, MIN_CHUNK\).*\n)", r"\1    _rec(dbg, 1, chunk)\n"),
-    (r"(INTERPRET,\n        \)  # fmt: skip\n)(        acc = tl.zeros\(\[NUM_HEADS)",
-     r"\1        _rec(dbg, 2, tl.max(pages, 0))\n\2"),
-    (r"(            lo, hi, hi, causal_lim, qk_scale,\n.*\n        \)  # fmt: skip\n)",
-     r"\1        _rec(dbg, 3, tl.sum(l_i, 0).to(tl.int32))\n"),
+    (
+        r"(INTERPRET,\n        \)  # fmt: skip\n)(        acc = tl.zeros\(\[NUM_HEADS)",
+        r"\1        _rec(dbg, 2, tl.max(pages, 0))\n\2",
+    ),
+    (
+        r"(            lo, hi, hi, causal_lim, qk_scale,\n.*\n        \)  # fmt: skip\n)",
+        r"\1        _rec(dbg, 3, tl.sum(l_i, 0).to(tl.int32))\n",
+    ),
     (r"(        tl.store\(part_lse_ptr \+ slot, .*\n)", r"\1        _rec(dbg, 4, q)\n"),
     # main kernel
     (r"(    num_kv_indices,\n)", r"\1    dbg_ptr,\n"),
-    (r"(    tok_end = tl.minimum\(tok0 \+ BLOCK_T, total_q\)\n)",
-     r"\1    dbg = dbg_ptr + (tl.program_id(0) * tl.num_programs(1) + split) * 16\n"
-     r"    _rec(dbg, 0, tile)\n    _smid(dbg)\n"),
+    (
+        r"(    tok_end = tl.minimum\(tok0 \+ BLOCK_T, total_q\)\n)",
+        r"\1    dbg = dbg_ptr + (tl.program_id(0) * tl.num_programs(1) + split) * 16\n"
+        r"    _rec(dbg, 0, tile)\n    _smid(dbg)\n",
+    ),
     (r"(        prefix = kv_len - \(q_end - q_start\)\n)", r"\1        _rec(dbg, 1, prefix)\n"),
-    (r"(        if ONE_TOKEN:\n            mid_n = lo\n)", r"        _rec(dbg, 2, tl.max(pages, 0))\n\1"),
-    (r"(            mid_n, hi, hi, causal_lim, qk_scale,\n.*\n        \)  # fmt: skip\n)",
-     r"\1        _rec(dbg, 3, tl.sum(l_i, 0).to(tl.int32))\n"),
+    (
+        r"(        if ONE_TOKEN:\n            mid_n = lo\n)",
+        r"        _rec(dbg, 2, tl.max(pages, 0))\n\1",
+    ),
+    (
+        r"(            mid_n, hi, hi, causal_lim, qk_scale,\n.*\n        \)  # fmt: skip\n)",
+        r"\1        _rec(dbg, 3, tl.sum(l_i, 0).to(tl.int32))\n",
+    ),
     (r"(        tl.store\(l_ptrs, lse, mask=in_seq\)\n)", r"\1        _rec(dbg, 4, b)\n"),
     # combine
-    (r"(    stride_l_h,\n)(    NUM_HEADS: tl.constexpr,\n    HEAD_CKV: tl.constexpr,\n    BLOCK_D)",
-     r"\1    dbg_ptr,\n\2"),
-    (r"(    if USE_PDL:\n        gdc_wait\(\).*\n)",
-     r"    dbg = dbg_ptr + (tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)) * 16\n"
-     r"    _rec(dbg, 0, 0)\n    _smid(dbg)\n\1    _rec(dbg, 1, 0)\n"),
-    (r"(        tl.store\(lse_ptr \+ tok \* stride_l_t \+ head \* stride_l_h, lse\)\n)\Z",
-     r"\1    _rec(dbg, 2, 0)\n"),
+    (
+        r"(    stride_l_h,\n)(    NUM_HEADS: tl.constexpr,\n    HEAD_CKV: tl.constexpr,\n    BLOCK_D)",
+        r"\1    dbg_ptr,\n\2",
+    ),
+    (
+        r"(    if USE_PDL:\n        gdc_wait\(\).*\n)",
+        r"    dbg = dbg_ptr + (tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)) * 16\n"
+        r"    _rec(dbg, 0, 0)\n    _smid(dbg)\n\1    _rec(dbg, 1, 0)\n",
+    ),
+    (
+        r"(        tl.store\(lse_ptr \+ tok \* stride_l_t \+ head \* stride_l_h, lse\)\n)\Z",
+        r"\1    _rec(dbg, 2, 0)\n",
+    ),
 ]
 MAIN = [
     (r"(LOG2E = .*\n)", r"\1_DBG = [None, None]\n"),
     (r"(total_q, batch, scale \* LOG2E, num_pieces,)", r"\1 _DBG[0],"),
     (r"(\*args, num_kv,)", r"\1 _DBG[0],"),
-    (r"(output.stride\(0\), output.stride\(1\), lse.stride\(0\), lse.stride\(1\),)",
-     r"\1 _DBG[1],"),
+    (
+        r"(output.stride\(0\), output.stride\(1\), lse.stride\(0\), lse.stride\(1\),)",
+        r"\1 _DBG[1],",
+    ),
 ]
 
 
