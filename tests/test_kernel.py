@@ -267,6 +267,10 @@ def test_choose_config_from_shapes_only():
     # elsewhere 2 stages: 3 of them need 168 KB of shared memory (an A100 has 163 KB per block)
     assert knobs(22, 22, 17759) == (64, 8, 2)
     assert choose_config(22, 22, 17759, num_sms=1).num_splits == 1
+    # which kernel a split launches: pooled pieces for 1-token Triton tiles, per tile otherwise
+    assert decode.pooled and not choose_config(22, 22, 17759, num_sms=1).pooled
+    assert not choose_config(400, 1, 4000).pooled  # split, but 64-row tiles
+    assert not KernelConfig(1, 64, 6, kernel="gluon").pooled
     assert choose_config(16384, 1, 16387).num_splits == 1
     assert choose_config(16384, 1, 16387).block_m == 64
     assert choose_config(16384, 1, 16387).kernel == "triton"  # not Hopper: the Triton kernel

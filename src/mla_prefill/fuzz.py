@@ -19,6 +19,7 @@ from typing import Callable, List, Optional, Tuple
 import torch
 
 from mla_prefill.io import INPUTS, write_text_atomic
+from mla_prefill.kernel.config import pools_ranges
 
 
 @dataclass
@@ -190,8 +191,7 @@ def coverage(results: List[dict]) -> dict:
         ),
         # 1-token split tiles: the pooled kernel (results before session 9 lack block_t)
         "pooled_kv_split_path": sum(
-            r.get("kernel") == "triton" and r.get("block_t") == 1 and r["num_splits"] > 1
-            for r in results
+            r["num_splits"] > 1 and pools_ranges(r.get("block_t"), r.get("kernel")) for r in results
         ),
         "total_q_ge_8k": sum(r["total_q"] >= 8192 for r in results),
         "last_page_used": len(results),  # every batch maps some position to page num_pages - 1

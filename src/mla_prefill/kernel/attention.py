@@ -214,6 +214,8 @@ def _mla_prefill_kernel(
     # whole range; the kernel's code shrinks by a third (2072 -> 1304 SASS instructions at 32-key
     # steps), measured 0.3-1 us faster (NOTES.md, session 7)
     ONE_TOKEN: tl.constexpr = BLOCK_T == 1
+    # a split of 1-token tiles pools the ranges of all tokens instead (_mla_pooled_split_kernel)
+    tl.static_assert(BLOCK_T > 1 or MIN_CHUNK == 0, "1-token tiles are split by the pooled kernel")
     num_tiles = tl.cdiv(total_q, BLOCK_T)
     tile = num_tiles - 1 - tl.program_id(0)  # longest causal range first
     split = tl.program_id(1)

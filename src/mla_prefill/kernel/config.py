@@ -16,6 +16,12 @@ KERNELS = ("triton", "gluon")  # gluon: warp-specialised Hopper kernel for 64-ro
 DEFAULT_MIN_CHUNK = 128  # KV positions: below this a split costs more (partial write) than it saves
 
 
+def pools_ranges(block_t: int, kernel: str) -> bool:
+    """Whether a KV split of these tiles pools the ranges of all tokens into equal pieces
+    (``_mla_pooled_split_kernel``): 1-token tiles of the Triton kernel. Other tiles split per tile."""
+    return block_t == 1 and kernel == "triton"
+
+
 @dataclass(frozen=True)
 class KernelConfig:
     """Launch parameters for one call.
@@ -50,6 +56,11 @@ class KernelConfig:
     @property
     def split(self) -> bool:
         return self.num_splits > 1
+
+    @property
+    def pooled(self) -> bool:
+        """A split launched as ``_mla_pooled_split_kernel`` (see ``pools_ranges``)."""
+        return self.split and pools_ranges(self.block_t, self.kernel)
 
     def problems(self) -> list:
         """What is wrong with this config (empty when it can launch)."""
@@ -144,7 +155,7 @@ def choose_config(
         # pooled pieces (1-token tiles, Triton kernel) are all alike: about one wave of them,
         # with the gathers double-buffered (ed999c80: 23.5 us against 25.4 at 2 stages, 26.6 at
         # two waves of 128-key pieces; session 9). Per-tile splits: about two waves
-        pooled = block_t == 1 and kernel == "triton"
+        pooled = pools_ranges(block_t, kernel)
         if pooled and hopper:
             num_stages = 3  # 168 KB of shared memory at 64-key steps: more than an A100 has
         num_splits = -(-(1 if pooled else 2) * num_sms // num_tiles)

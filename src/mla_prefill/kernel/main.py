@@ -69,6 +69,14 @@ def default_config(
     )
 
 
+def _partials(lead: Tuple[int, ...], device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
+    """fp32 split partials: normalised outputs ``[*lead, 16, 512]`` and base-2 lse ``[*lead, 16]``."""
+    return (
+        torch.empty((*lead, NUM_QO_HEADS, HEAD_DIM_CKV), dtype=torch.float32, device=device),
+        torch.empty((*lead, NUM_QO_HEADS), dtype=torch.float32, device=device),
+    )
+
+
 def _launch_combine(part_o, part_lse, table, output, lse, num_splits, pooled, pdl):
     """Merge the split partials into ``output``/``lse``: one (token, head) row per program.
 
@@ -157,7 +165,7 @@ def mla_paged_prefill(
         bad.append(f"the gluon kernel needs Triton 3.6's Gluon API, found {triton.__version__}")
     split = config.split
     # 1-token tiles pool their KV ranges and cut the pool into equal pieces (one program each)
-    pooled = split and config.block_t == 1 and config.kernel == "triton"
+    pooled = config.pooled
     if pooled and total_q > MAX_POOLED_TOKENS:
         bad.append(
             f"a split of 1-token tiles pools at most {MAX_POOLED_TOKENS} tokens, got total_q "
@@ -174,8 +182,7 @@ def mla_paged_prefill(
     if pooled:
         num_pieces = config.num_splits * total_q  # pieces in all (about; + one tail per token)
         slots = num_pieces + total_q
-        part_o = torch.empty((slots, NUM_QO_HEADS, HEAD_DIM_CKV), dtype=torch.float32, device=dev)
-        part_lse = torch.empty((slots, NUM_QO_HEADS), dtype=torch.float32, device=dev)
+        part_o, part_lse = _partials((slots,), dev)
         table = torch.empty((2 * total_q,), dtype=torch.int32, device=dev)
         _mla_pooled_split_kernel[(slots,)](
             q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices,
@@ -192,14 +199,7 @@ def mla_paged_prefill(
         _launch_combine(part_o, part_lse, table, output, lse, 0, True, pdl)
         return output, lse
     if split:
-        part_o = torch.empty(
-            (config.num_splits, total_q, NUM_QO_HEADS, HEAD_DIM_CKV),
-            dtype=torch.float32,
-            device=dev,
-        )
-        part_lse = torch.empty(
-            (config.num_splits, total_q, NUM_QO_HEADS), dtype=torch.float32, device=dev
-        )
+        part_o, part_lse = _partials((config.num_splits, total_q), dev)
         dst_o, dst_lse = part_o, part_lse
         stride_o_s, stride_l_s = part_o.stride(0), part_lse.stride(0)
     else:
