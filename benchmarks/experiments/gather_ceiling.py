@@ -1,0 +1,168 @@
+"""How fast can 132 SMs gather ed999c80's KV rows when every copy is issued at once? (session 12)
+
+Session 11's ``gather_bw.py`` gathered through registers with one block in flight per program, so
+it measured its own issue pattern (~1 TB/s), not the memory system. Here each program issues its
+whole share of rows before waiting for any (all of it fits in shared memory), so the time is the
+memory side's: launch floor + one burst. Two mechanisms:
+
+- ``cp``: cp.async, 16 bytes per thread (what the shipped kernels use);
+- ``tma``: one bulk tensor copy per row piece from a single thread (the TMA engine), ckv seen as
+  ``[num_pages * 512 / W, W]`` with boxes of ``[1, W]`` (W = 256: 3 copies per key with kpe;
+  W = 64: 9, the only width a 128-byte-swizzled MMA tile could take).
+
+Rows are random pages of a 989,669-page cache (as the workloads) or consecutive ones; the bytes
+are the workload's (17,759 rows of 1,152 B for 132 x 135). Timed like ``mla-prefill bench``
+(256 MB write scrub, events, median): subtract ``empty`` for the burst.
+
+    python -u benchmarks/experiments/gather_ceiling.py OUT.json
+"""
+
+import json
+import sys
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import async_copy, mbarrier, tma
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from mla_prefill.bench import time_gpu
+
+NUM_PAGES = 989_669
+LD_KV = gl.constexpr(gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0]))
+LD_PE = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0]))
+FLAT = gl.constexpr(gl.NVMMASharedLayout(0, 16, 2))  # a [1, W] box: no swizzle
+
+
+@gluon.jit
+def _burst_cp(idx_ptr, ckv_ptr, kpe_ptr, out_ptr, R, NB: gl.constexpr, BR: gl.constexpr,
+              PE: gl.constexpr):  # fmt: skip
+    pid = gl.program_id(0)
+    dt: gl.constexpr = ckv_ptr.dtype.element_ty
+    kv_l: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BR, 256], dt)
+    pe_l: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BR, 64], dt)
+    lo = gl.allocate_shared_memory(dt, [NB, BR, 256], kv_l)
+    hi = gl.allocate_shared_memory(dt, [NB, BR, 256], kv_l)
+    pe = gl.allocate_shared_memory(dt, [NB, BR, 64], pe_l)
+    cols = gl.arange(0, 256, layout=gl.SliceLayout(0, LD_KV))
+    cols_pe = gl.arange(0, 64, layout=gl.SliceLayout(0, LD_PE))
+    for b in gl.static_range(NB):
+        rows = b * BR + gl.arange(0, BR, layout=gl.SliceLayout(1, LD_KV))
+        ok = rows < R
+        pg = gl.load(idx_ptr + pid * R + rows, mask=ok, other=0).to(gl.int64)
+        base = ckv_ptr + pg[:, None] * 512 + cols[None, :]
+        async_copy.async_copy_global_to_shared(lo.index(b), base, mask=ok[:, None])
+        async_copy.async_copy_global_to_shared(hi.index(b), base + 256, mask=ok[:, None])
+        if PE:
+            rows_p = b * BR + gl.arange(0, BR, layout=gl.SliceLayout(1, LD_PE))
+            ok_p = rows_p < R
+            pg_p = gl.load(idx_ptr + pid * R + rows_p, mask=ok_p, other=0).to(gl.int64)
+            async_copy.async_copy_global_to_shared(
+                pe.index(b), kpe_ptr + pg_p[:, None] * 64 + cols_pe[None, :], mask=ok_p[:, None]
+            )
+        async_copy.commit_group()
+    async_copy.wait_group(0)
+    gl.thread_barrier()
+    v = hi.index(NB - 1).load(LD_KV)
+    gl.store(out_ptr + pid * 256 + cols, gl.sum(v.to(gl.float32), 0))
+
+
+@gluon.jit
+def _burst_tma(idx_ptr, ckv_desc, kpe_desc, out_ptr, R: gl.constexpr, W: gl.constexpr):
+    pid = gl.program_id(0)
+    P: gl.constexpr = 512 // W
+    dt: gl.constexpr = ckv_desc.dtype
+    ck = gl.allocate_shared_memory(dt, [R * P, 1, W], FLAT)
+    pe = gl.allocate_shared_memory(dt, [R, 1, 64], FLAT)
+    bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(bar.index(0), count=1)
+    mbarrier.expect(bar.index(0), R * 1152)
+    for r in gl.static_range(R):
+        page = gl.load(idx_ptr + pid * R + r)
+        for c in gl.static_range(P):
+            tma.async_copy_global_to_shared(
+                ckv_desc, [page * P + c, 0], bar.index(0), ck.index(r * P + c)
+            )
+        tma.async_copy_global_to_shared(kpe_desc, [page, 0], bar.index(0), pe.index(r))
+    mbarrier.wait(bar.index(0), 0)
+    lay: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
+    v = ck.index(R * P - 1).load(lay)
+    cols = gl.arange(0, W, layout=gl.SliceLayout(0, lay))
+    gl.store(out_ptr + pid * W + cols, gl.sum(v.to(gl.float32), 0))
+
+
+@gluon.jit
+def _empty(out_ptr):
+    gl.store(out_ptr + gl.program_id(0), 0.0)
+
+
+def main(path):
+    dev = "cuda"
+    scrub = torch.empty(64 << 20, dtype=torch.int32, device=dev)
+    ckv = torch.randn(NUM_PAGES, 512, device=dev).to(torch.bfloat16)
+    kpe = torch.randn(NUM_PAGES, 64, device=dev).to(torch.bfloat16)
+    out = torch.empty(1 << 20, dtype=torch.float32, device=dev)
+    rows = []
+
+    def record(name, fn, nbytes=0):
+        try:
+            fn()
+            torch.cuda.synchronize()
+        except Exception as e:  # a probe that does not compile is reported, not fatal
+            print(f"{name}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
+            rows.append({"probe": name, "error": f"{type(e).__name__}: {str(e)[:300]}"})
+            return
+        ms, ahead = time_gpu(fn, scrub, 40)
+        tbs = nbytes / (ms * 1e-3) / 1e12 if nbytes else 0.0
+        rows.append({"probe": name, "gpu_us": round(ms * 1e3, 2), "tb_s_incl_launch": round(tbs, 2),
+                     "host_ahead": ahead})  # fmt: skip
+        print(f"{name:40s} {ms * 1e3:7.2f} us {tbs:5.2f} TB/s (incl. launch) ahead={ahead}",
+              flush=True)  # fmt: skip
+
+    record("empty", lambda: _empty[(132,)](out, num_warps=4))
+    descs = {}
+    for w in (256, 64):
+        lay = gl.NVMMASharedLayout(0, 16, 2)
+        descs[w] = TensorDescriptor.from_tensor(ckv.view(-1, w), [1, w], lay)
+    pe_desc = TensorDescriptor.from_tensor(kpe, [1, 64], gl.NVMMASharedLayout(0, 16, 2))
+    for progs, r in ((132, 135), (264, 68)):
+        n = progs * r
+        g = torch.Generator(device=dev).manual_seed(n)
+        rnd = torch.randint(0, NUM_PAGES, (n,), dtype=torch.int32, device=dev, generator=g)
+        seq = torch.arange(n, dtype=torch.int32, device=dev) + 5000
+        nb, br = (3, 64) if r > 96 else (3, 32)
+        for name, ix in (("random", rnd), ("consecutive", seq)):
+            record(
+                f"cp {progs}x{r} {name}",
+                lambda ix=ix, p=progs, r=r, nb=nb, br=br: _burst_cp[(p,)](
+                    ix, ckv, kpe, out, r, NB=nb, BR=br, PE=True, num_warps=4
+                ),
+                n * 1152,
+            )
+        record(
+            f"cp {progs}x{r} random ckv only",
+            lambda ix=rnd, p=progs, r=r, nb=nb, br=br: _burst_cp[(p,)](
+                ix, ckv, kpe, out, r, NB=nb, BR=br, PE=False, num_warps=4
+            ),
+            n * 1024,
+        )
+        for w in (256, 64):
+            for name, ix in (("random", rnd), ("consecutive", seq)):
+                if w == 64 and name == "consecutive":
+                    continue
+                record(
+                    f"tma w{w} {progs}x{r} {name}",
+                    lambda ix=ix, p=progs, r=r, w=w: _burst_tma[(p,)](
+                        ix, descs[w], pe_desc, out, R=r, W=w, num_warps=4
+                    ),
+                    n * 1152,
+                )
+    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "triton": triton.__version__, "command": " ".join(["python", *sys.argv])}  # fmt: skip
+    with open(path, "w") as f:
+        json.dump({**meta, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
