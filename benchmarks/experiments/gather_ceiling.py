@@ -12,12 +12,14 @@ memory side's: launch floor + one burst. Two mechanisms:
 
 Rows are random pages of a 989,669-page cache (as the workloads) or consecutive ones; the bytes
 are the workload's (17,759 rows of 1,152 B for 132 x 135). Timed like ``mla-prefill bench``
-(256 MB write scrub, events, median): subtract ``empty`` for the burst.
+(256 MB write scrub, events, median): subtract ``empty`` for the burst. ``SCRUB=read`` reads a
+256 MB buffer instead, leaving L2 full of clean lines: the burst then pays no write-backs.
 
-    python -u benchmarks/experiments/gather_ceiling.py OUT.json
+    [SCRUB=read] python -u benchmarks/experiments/gather_ceiling.py OUT.json
 """
 
 import json
+import os
 import sys
 
 import torch
@@ -97,9 +99,22 @@ def _empty(out_ptr):
     gl.store(out_ptr + gl.program_id(0), 0.0)
 
 
+class _ReadScrub:
+    """Stands in for the write-scrub tensor of ``time_gpu``: its ``zero_`` reads instead."""
+
+    def __init__(self, buf):
+        self.buf = buf
+
+    def zero_(self):
+        self.buf.sum()
+
+
 def main(path):
     dev = "cuda"
     scrub = torch.empty(64 << 20, dtype=torch.int32, device=dev)
+    read_scrub = os.environ.get("SCRUB") == "read"
+    if read_scrub:
+        scrub = _ReadScrub(scrub.fill_(1))
     ckv = torch.randn(NUM_PAGES, 512, device=dev).to(torch.bfloat16)
     kpe = torch.randn(NUM_PAGES, 64, device=dev).to(torch.bfloat16)
     out = torch.empty(1 << 20, dtype=torch.float32, device=dev)
@@ -159,6 +174,7 @@ def main(path):
                     n * 1152,
                 )
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "scrub": "read 256 MB" if read_scrub else "write 256 MB",
             "triton": triton.__version__, "command": " ".join(["python", *sys.argv])}  # fmt: skip
     with open(path, "w") as f:
         json.dump({**meta, "rows": rows}, f, indent=1)
