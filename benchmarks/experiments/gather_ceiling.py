@@ -24,6 +24,7 @@ import sys
 
 import torch
 import triton
+import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import async_copy, mbarrier, tma
@@ -99,6 +100,29 @@ def _empty(out_ptr):
     gl.store(out_ptr + gl.program_id(0), 0.0)
 
 
+@triton.jit
+def _chain(kv_indptr_ptr, idx_ptr, ckv_ptr, kpe_ptr, out_ptr, BLOCK: tl.constexpr):
+    """9265de63's dependent loads without the attention: indptr -> page indices -> rows (summed,
+    no MMA) -> one 16 x 512 bf16 output row block per sequence, as the kernel stores it."""
+    b = tl.program_id(0)
+    k0 = tl.load(kv_indptr_ptr + b)
+    n_kv = tl.load(kv_indptr_ptr + b + 1) - k0
+    n = tl.arange(0, BLOCK)
+    ok = n < n_kv
+    pg = tl.load(idx_ptr + k0 + n, mask=ok, other=0)
+    d = tl.arange(0, 512)
+    kc = tl.load(ckv_ptr + pg[:, None] * 512 + d[None, :], mask=ok[:, None], other=0.0)
+    kp = tl.load(
+        kpe_ptr + pg[:, None] * 64 + tl.arange(0, 64)[None, :], mask=ok[:, None], other=0.0
+    )
+    o = tl.sum(kc.to(tl.float32), 0) + tl.sum(tl.sum(kp.to(tl.float32), 1), 0)
+    h = tl.arange(0, 16)
+    tl.store(
+        out_ptr + (b * 16 + h[:, None]) * 512 + d[None, :],
+        (o[None, :] + h[:, None]).to(tl.bfloat16),
+    )
+
+
 class _ReadScrub:
     """Stands in for the write-scrub tensor of ``time_gpu``: its ``zero_`` reads instead."""
 
@@ -136,6 +160,15 @@ def main(path):
               flush=True)  # fmt: skip
 
     record("empty", lambda: _empty[(132,)](out, num_warps=4))
+    # 9265de63: four 1-token sequences of 19, 5, 89 and 8 keys
+    lens = torch.tensor([0, 19, 5, 89, 8], dtype=torch.int32)
+    kv_indptr = torch.cumsum(lens, 0).to(torch.int32).to(dev)
+    g = torch.Generator(device=dev).manual_seed(121)
+    pages = torch.randint(0, NUM_PAGES, (121,), dtype=torch.int32, device=dev, generator=g)
+    out_b = torch.empty(4 * 16 * 512, dtype=torch.bfloat16, device=dev)
+    for warps in (4, 8):
+        record(f"chain 9265de63 (no attention) w{warps}", lambda w=warps: _chain[(4,)](
+            kv_indptr, pages, ckv, kpe, out_b, BLOCK=128, num_warps=w))  # fmt: skip
     descs = {}
     for w in (256, 64):
         lay = gl.NVMMASharedLayout(0, 16, 2)
