@@ -15,7 +15,7 @@ are the workload's (17,759 rows of 1,152 B for 132 x 135). Timed like ``mla-pref
 (256 MB write scrub, events, median): subtract ``empty`` for the burst. ``SCRUB=read`` reads a
 256 MB buffer instead, leaving L2 full of clean lines: the burst then pays no write-backs.
 
-    [SCRUB=read] python -u benchmarks/experiments/gather_ceiling.py OUT.json
+    [SCRUB=read] [CHAIN_ONLY=1] python -u benchmarks/experiments/gather_ceiling.py OUT.json
 """
 
 import json
@@ -123,6 +123,44 @@ def _chain(kv_indptr_ptr, idx_ptr, ckv_ptr, kpe_ptr, out_ptr, BLOCK: tl.constexp
     )
 
 
+@gluon.jit
+def _chain_cp(kv_indptr_ptr, idx_ptr, ckv_ptr, kpe_ptr, out_ptr, BLOCK: gl.constexpr):
+    """``_chain`` with the rows gathered by cp.async into shared memory (as the kernels do) and
+    the store made of one gathered row per head, so it waits for the gather."""
+    b = gl.program_id(0)
+    dt: gl.constexpr = ckv_ptr.dtype.element_ty
+    kv_l: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK, 256], dt)
+    pe_l: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK, 64], dt)
+    lo = gl.allocate_shared_memory(dt, [BLOCK, 256], kv_l)
+    hi = gl.allocate_shared_memory(dt, [BLOCK, 256], kv_l)
+    pe = gl.allocate_shared_memory(dt, [BLOCK, 64], pe_l)
+    k0 = gl.load(kv_indptr_ptr + b)
+    n_kv = gl.load(kv_indptr_ptr + b + 1) - k0
+    rows = gl.arange(0, BLOCK, layout=gl.SliceLayout(1, LD_KV))
+    ok = rows < n_kv
+    pg = gl.load(idx_ptr + k0 + rows, mask=ok, other=0).to(gl.int64)
+    cols = gl.arange(0, 256, layout=gl.SliceLayout(0, LD_KV))
+    base = ckv_ptr + pg[:, None] * 512 + cols[None, :]
+    async_copy.async_copy_global_to_shared(lo, base, mask=ok[:, None])
+    async_copy.async_copy_global_to_shared(hi, base + 256, mask=ok[:, None])
+    rows_p = gl.arange(0, BLOCK, layout=gl.SliceLayout(1, LD_PE))
+    ok_p = rows_p < n_kv
+    pg_p = gl.load(idx_ptr + k0 + rows_p, mask=ok_p, other=0).to(gl.int64)
+    cols_p = gl.arange(0, 64, layout=gl.SliceLayout(0, LD_PE))
+    async_copy.async_copy_global_to_shared(
+        pe, kpe_ptr + pg_p[:, None] * 64 + cols_p[None, :], mask=ok_p[:, None]
+    )
+    async_copy.commit_group()
+    async_copy.wait_group(0)
+    gl.thread_barrier()
+    h = gl.arange(0, 16, layout=gl.SliceLayout(1, LD_KV))
+    v_lo = lo.slice(0, 16).load(LD_KV)
+    v_hi = hi.slice(16, 16).load(LD_KV)
+    o = out_ptr + (b * 16 + h[:, None]) * 512 + cols[None, :]
+    gl.store(o, v_lo)
+    gl.store(o + 256, v_hi)
+
+
 class _ReadScrub:
     """Stands in for the write-scrub tensor of ``time_gpu``: its ``zero_`` reads instead."""
 
@@ -169,12 +207,19 @@ def main(path):
     for warps in (4, 8):
         record(f"chain 9265de63 (no attention) w{warps}", lambda w=warps: _chain[(4,)](
             kv_indptr, pages, ckv, kpe, out_b, BLOCK=128, num_warps=w))  # fmt: skip
+    for block in (128, 64):  # 64: the first 64 rows of each range only (one kernel step's worth)
+        record(f"chain 9265de63 cp.async {block} rows", lambda bl=block: _chain_cp[(4,)](
+            kv_indptr, pages, ckv, kpe, out_b, BLOCK=bl, num_warps=4))  # fmt: skip
+    if os.environ.get("CHAIN_ONLY"):  # the 9265de63 probes only
+        progs_rows = ()
+    else:
+        progs_rows = ((132, 135), (264, 68))
     descs = {}
     for w in (256, 64):
         lay = gl.NVMMASharedLayout(0, 16, 2)
         descs[w] = TensorDescriptor.from_tensor(ckv.view(-1, w), [1, w], lay)
     pe_desc = TensorDescriptor.from_tensor(kpe, [1, 64], gl.NVMMASharedLayout(0, 16, 2))
-    for progs, r in ((132, 135), (264, 68)):
+    for progs, r in progs_rows:
         n = progs * r
         g = torch.Generator(device=dev).manual_seed(n)
         rnd = torch.randint(0, NUM_PAGES, (n,), dtype=torch.int32, device=dev, generator=g)
