@@ -4,19 +4,23 @@ Each of P programs gathers R page rows (ckv 1024 B + kpe 128 B, page size 1) and
 them: no MMA, no softmax, no partials. Rows are random pages of a 989,669-page cache (as the
 workloads), or consecutive ones. Timed like ``mla-prefill bench`` (256 MB write scrub before
 each call, events, median, host ahead), so the ~3.5 us launch floor is included: compare with
-``empty`` and with our kernel / FlashInfer on ed999c80 (17,759 rows: ~22 / ~24 us).
+``empty`` and with our kernel / FlashInfer on ed999c80 (17,759 rows: ~22 / ~24 us). One block in
+flight per program, through registers: it measures its own issue pattern; ``gather_ceiling.py``
+(session 12) issues every copy first and is the one to read for the memory side.
 
     python -u benchmarks/experiments/gather_bw.py OUT.json
 """
 
 import json
+import os
 import sys
 
 import torch
 import triton
 import triton.language as tl
 
-from mla_prefill.bench import time_gpu
+sys.path.insert(0, os.path.dirname(__file__))
+from gather_ceiling import recorder  # noqa: E402  (sibling experiment script)
 
 NUM_PAGES = 989_669
 
@@ -52,15 +56,7 @@ def main(path):
     out = torch.empty(1 << 20, dtype=torch.float32, device=dev)
     rows = []
 
-    def record(name, fn, nbytes=0):
-        fn()
-        torch.cuda.synchronize()
-        ms, ahead = time_gpu(fn, scrub, 40)
-        tbs = nbytes / (ms * 1e-3) / 1e12 if nbytes else 0.0
-        rows.append({"probe": name, "gpu_us": round(ms * 1e3, 2), "tb_s": round(tbs, 2),
-                     "host_ahead": ahead})  # fmt: skip
-        print(f"{name:44s} {ms * 1e3:7.2f} us {tbs:5.2f} TB/s (incl. launch) ahead={ahead}",
-              flush=True)  # fmt: skip
+    record = recorder(rows, scrub, 44)
 
     record("empty", lambda: _empty[(132,)](out))
     for progs, r in ((132, 135), (104, 171), (264, 68), (132, 270)):

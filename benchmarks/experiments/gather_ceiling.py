@@ -171,16 +171,9 @@ class _ReadScrub:
         self.buf.sum()
 
 
-def main(path):
-    dev = "cuda"
-    scrub = torch.empty(64 << 20, dtype=torch.int32, device=dev)
-    read_scrub = os.environ.get("SCRUB") == "read"
-    if read_scrub:
-        scrub = _ReadScrub(scrub.fill_(1))
-    ckv = torch.randn(NUM_PAGES, 512, device=dev).to(torch.bfloat16)
-    kpe = torch.randn(NUM_PAGES, 64, device=dev).to(torch.bfloat16)
-    out = torch.empty(1 << 20, dtype=torch.float32, device=dev)
-    rows = []
+def recorder(rows, scrub, width=40):
+    """``record(name, fn, nbytes=0)``: time ``fn`` as the bench does (scrub, events, median of 40),
+    append a row to ``rows`` and print it; a probe that fails to compile or run is reported."""
 
     def record(name, fn, nbytes=0):
         try:
@@ -194,8 +187,24 @@ def main(path):
         tbs = nbytes / (ms * 1e-3) / 1e12 if nbytes else 0.0
         rows.append({"probe": name, "gpu_us": round(ms * 1e3, 2), "tb_s_incl_launch": round(tbs, 2),
                      "host_ahead": ahead})  # fmt: skip
-        print(f"{name:40s} {ms * 1e3:7.2f} us {tbs:5.2f} TB/s (incl. launch) ahead={ahead}",
+        print(f"{name:{width}s} {ms * 1e3:7.2f} us {tbs:5.2f} TB/s (incl. launch) ahead={ahead}",
               flush=True)  # fmt: skip
+
+    return record
+
+
+def main(path):
+    dev = "cuda"
+    scrub = torch.empty(64 << 20, dtype=torch.int32, device=dev)
+    read_scrub = os.environ.get("SCRUB") == "read"
+    if read_scrub:
+        scrub = _ReadScrub(scrub.fill_(1))
+    ckv = torch.randn(NUM_PAGES, 512, device=dev).to(torch.bfloat16)
+    kpe = torch.randn(NUM_PAGES, 64, device=dev).to(torch.bfloat16)
+    out = torch.empty(1 << 20, dtype=torch.float32, device=dev)
+    rows = []
+
+    record = recorder(rows, scrub)
 
     record("empty", lambda: _empty[(132,)](out, num_warps=4))
     # 9265de63: four 1-token sequences of 19, 5, 89 and 8 keys
