@@ -221,8 +221,9 @@ def main(path):
             kv_indptr, pages, ckv, kpe, out_b, BLOCK=bl, num_warps=4))  # fmt: skip
     if os.environ.get("CHAIN_ONLY"):  # the 9265de63 probes only
         progs_rows = ()
-    else:
-        progs_rows = ((132, 135), (264, 68))
+    else:  # programs x rows, e.g. SHAPES=528x34,1056x17 (4 and 6 programs per SM)
+        shapes = os.environ.get("SHAPES", "132x135,264x68").split(",")
+        progs_rows = [tuple(int(v) for v in x.split("x")) for x in shapes]
     descs = {}
     for w in (256, 64):
         lay = gl.NVMMASharedLayout(0, 16, 2)
@@ -233,7 +234,7 @@ def main(path):
         g = torch.Generator(device=dev).manual_seed(n)
         rnd = torch.randint(0, NUM_PAGES, (n,), dtype=torch.int32, device=dev, generator=g)
         seq = torch.arange(n, dtype=torch.int32, device=dev) + 5000
-        nb, br = (3, 64) if r > 96 else (3, 32)
+        nb, br = (3, 64) if r > 96 else (3, 32) if r > 48 else (3, 16) if r > 32 else (2, 16)
         for name, ix in (("random", rnd), ("consecutive", seq)):
             record(
                 f"cp {progs}x{r} {name}",
