@@ -221,7 +221,7 @@ def main(path):
             kv_indptr, pages, ckv, kpe, out_b, BLOCK=bl, num_warps=4))  # fmt: skip
     if os.environ.get("CHAIN_ONLY"):  # the 9265de63 probes only
         progs_rows = ()
-    else:  # programs x rows, e.g. SHAPES=528x34,1056x17 (4 and 6 programs per SM)
+    else:  # programs x rows, e.g. SHAPES=528x34,1056x17 (4 and 8 per SM)
         shapes = os.environ.get("SHAPES", "132x135,264x68").split(",")
         progs_rows = [tuple(int(v) for v in x.split("x")) for x in shapes]
     descs = {}
