@@ -11,7 +11,6 @@ flight per program, through registers: it measures its own issue pattern; ``gath
     python -u benchmarks/experiments/gather_bw.py OUT.json
 """
 
-import json
 import os
 import sys
 
@@ -20,7 +19,7 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, os.path.dirname(__file__))
-from gather_ceiling import recorder  # noqa: E402  (sibling experiment script)
+from gather_ceiling import recorder, write_rows  # noqa: E402  (sibling experiment script)
 
 NUM_PAGES = 989_669
 
@@ -72,10 +71,7 @@ def main(path):
                     ),
                     n * 1152,
                 )
-    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "triton": triton.__version__, "command": " ".join(["python", *sys.argv])}  # fmt: skip
-    with open(path, "w") as f:
-        json.dump({**meta, "rows": rows}, f, indent=1)
+    write_rows(path, rows)
 
 
 if __name__ == "__main__":

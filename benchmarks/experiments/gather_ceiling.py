@@ -11,7 +11,7 @@ memory side's: launch floor + one burst. Two mechanisms:
   W = 64: 9, the only width a 128-byte-swizzled MMA tile could take).
 
 Rows are random pages of a 989,669-page cache (as the workloads) or consecutive ones; the bytes
-are the workload's (17,759 rows of 1,152 B for 132 x 135). Timed like ``mla-prefill bench``
+are about the workload's (132 x 135 = 17,820 rows of 1,152 B; ed999c80 has 17,759). Timed like ``mla-prefill bench``
 (256 MB write scrub, events, median): subtract ``empty`` for the burst. ``SCRUB=read`` reads a
 256 MB buffer instead, leaving L2 full of clean lines: the burst then pays no write-backs.
 
@@ -35,7 +35,31 @@ from mla_prefill.bench import time_gpu
 NUM_PAGES = 989_669
 LD_KV = gl.constexpr(gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0]))
 LD_PE = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0]))
-FLAT = gl.constexpr(gl.NVMMASharedLayout(0, 16, 2))  # a [1, W] box: no swizzle
+FLAT_LAYOUT = gl.NVMMASharedLayout(0, 16, 2)  # a [1, W] box: no swizzle
+FLAT = gl.constexpr(FLAT_LAYOUT)
+
+
+@gluon.jit
+def _issue_rows(lo, hi, pe, idx_ptr, r0, n, ckv_ptr, kpe_ptr, PE: gl.constexpr):
+    """cp.async of rows [r0, r0 + BR) of a range of n page indices at ``idx_ptr`` (rows at or past
+    n are masked off) into ``lo`` / ``hi`` (ckv columns [0, 256) / [256, 512)) and ``pe`` (kpe)."""
+    BR: gl.constexpr = lo.shape[0]
+    rows = r0 + gl.arange(0, BR, layout=gl.SliceLayout(1, LD_KV))
+    ok = rows < n
+    pg = gl.load(idx_ptr + rows, mask=ok, other=0).to(gl.int64)
+    cols = gl.arange(0, 256, layout=gl.SliceLayout(0, LD_KV))
+    base = ckv_ptr + pg[:, None] * 512 + cols[None, :]
+    async_copy.async_copy_global_to_shared(lo, base, mask=ok[:, None])
+    async_copy.async_copy_global_to_shared(hi, base + 256, mask=ok[:, None])
+    if PE:
+        rows_p = r0 + gl.arange(0, BR, layout=gl.SliceLayout(1, LD_PE))
+        ok_p = rows_p < n
+        pg_p = gl.load(idx_ptr + rows_p, mask=ok_p, other=0).to(gl.int64)
+        cols_p = gl.arange(0, 64, layout=gl.SliceLayout(0, LD_PE))
+        async_copy.async_copy_global_to_shared(
+            pe, kpe_ptr + pg_p[:, None] * 64 + cols_p[None, :], mask=ok_p[:, None]
+        )
+    async_copy.commit_group()
 
 
 @gluon.jit
@@ -48,26 +72,13 @@ def _burst_cp(idx_ptr, ckv_ptr, kpe_ptr, out_ptr, R, NB: gl.constexpr, BR: gl.co
     lo = gl.allocate_shared_memory(dt, [NB, BR, 256], kv_l)
     hi = gl.allocate_shared_memory(dt, [NB, BR, 256], kv_l)
     pe = gl.allocate_shared_memory(dt, [NB, BR, 64], pe_l)
-    cols = gl.arange(0, 256, layout=gl.SliceLayout(0, LD_KV))
-    cols_pe = gl.arange(0, 64, layout=gl.SliceLayout(0, LD_PE))
     for b in gl.static_range(NB):
-        rows = b * BR + gl.arange(0, BR, layout=gl.SliceLayout(1, LD_KV))
-        ok = rows < R
-        pg = gl.load(idx_ptr + pid * R + rows, mask=ok, other=0).to(gl.int64)
-        base = ckv_ptr + pg[:, None] * 512 + cols[None, :]
-        async_copy.async_copy_global_to_shared(lo.index(b), base, mask=ok[:, None])
-        async_copy.async_copy_global_to_shared(hi.index(b), base + 256, mask=ok[:, None])
-        if PE:
-            rows_p = b * BR + gl.arange(0, BR, layout=gl.SliceLayout(1, LD_PE))
-            ok_p = rows_p < R
-            pg_p = gl.load(idx_ptr + pid * R + rows_p, mask=ok_p, other=0).to(gl.int64)
-            async_copy.async_copy_global_to_shared(
-                pe.index(b), kpe_ptr + pg_p[:, None] * 64 + cols_pe[None, :], mask=ok_p[:, None]
-            )
-        async_copy.commit_group()
+        _issue_rows(lo.index(b), hi.index(b), pe.index(b), idx_ptr + pid * R, b * BR, R, ckv_ptr,
+                    kpe_ptr, PE)  # fmt: skip
     async_copy.wait_group(0)
     gl.thread_barrier()
     v = hi.index(NB - 1).load(LD_KV)
+    cols = gl.arange(0, 256, layout=gl.SliceLayout(0, LD_KV))
     gl.store(out_ptr + pid * 256 + cols, gl.sum(v.to(gl.float32), 0))
 
 
@@ -89,9 +100,8 @@ def _burst_tma(idx_ptr, ckv_desc, kpe_desc, out_ptr, R: gl.constexpr, W: gl.cons
             )
         tma.async_copy_global_to_shared(kpe_desc, [page, 0], bar.index(0), pe.index(r))
     mbarrier.wait(bar.index(0), 0)
-    lay: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
-    v = ck.index(R * P - 1).load(lay)
-    cols = gl.arange(0, W, layout=gl.SliceLayout(0, lay))
+    v = ck.index(R * P - 1).load(LD_KV)
+    cols = gl.arange(0, W, layout=gl.SliceLayout(0, LD_KV))
     gl.store(out_ptr + pid * W + cols, gl.sum(v.to(gl.float32), 0))
 
 
@@ -136,24 +146,11 @@ def _chain_cp(kv_indptr_ptr, idx_ptr, ckv_ptr, kpe_ptr, out_ptr, BLOCK: gl.const
     pe = gl.allocate_shared_memory(dt, [BLOCK, 64], pe_l)
     k0 = gl.load(kv_indptr_ptr + b)
     n_kv = gl.load(kv_indptr_ptr + b + 1) - k0
-    rows = gl.arange(0, BLOCK, layout=gl.SliceLayout(1, LD_KV))
-    ok = rows < n_kv
-    pg = gl.load(idx_ptr + k0 + rows, mask=ok, other=0).to(gl.int64)
-    cols = gl.arange(0, 256, layout=gl.SliceLayout(0, LD_KV))
-    base = ckv_ptr + pg[:, None] * 512 + cols[None, :]
-    async_copy.async_copy_global_to_shared(lo, base, mask=ok[:, None])
-    async_copy.async_copy_global_to_shared(hi, base + 256, mask=ok[:, None])
-    rows_p = gl.arange(0, BLOCK, layout=gl.SliceLayout(1, LD_PE))
-    ok_p = rows_p < n_kv
-    pg_p = gl.load(idx_ptr + k0 + rows_p, mask=ok_p, other=0).to(gl.int64)
-    cols_p = gl.arange(0, 64, layout=gl.SliceLayout(0, LD_PE))
-    async_copy.async_copy_global_to_shared(
-        pe, kpe_ptr + pg_p[:, None] * 64 + cols_p[None, :], mask=ok_p[:, None]
-    )
-    async_copy.commit_group()
+    _issue_rows(lo, hi, pe, idx_ptr + k0, 0, n_kv, ckv_ptr, kpe_ptr, True)
     async_copy.wait_group(0)
     gl.thread_barrier()
     h = gl.arange(0, 16, layout=gl.SliceLayout(1, LD_KV))
+    cols = gl.arange(0, 256, layout=gl.SliceLayout(0, LD_KV))
     v_lo = lo.slice(0, 16).load(LD_KV)
     v_hi = hi.slice(16, 16).load(LD_KV)
     o = out_ptr + (b * 16 + h[:, None]) * 512 + cols[None, :]
@@ -193,6 +190,14 @@ def recorder(rows, scrub, width=40):
     return record
 
 
+def write_rows(path, rows, **extra):
+    """The probe rows as JSON, with the GPU, versions and command that produced them."""
+    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "triton": triton.__version__, "command": " ".join(["python", *sys.argv])}  # fmt: skip
+    with open(path, "w") as f:
+        json.dump({**meta, **extra, "rows": rows}, f, indent=1)
+
+
 def main(path):
     dev = "cuda"
     scrub = torch.empty(64 << 20, dtype=torch.int32, device=dev)
@@ -226,9 +231,8 @@ def main(path):
         progs_rows = [tuple(int(v) for v in x.split("x")) for x in shapes]
     descs = {}
     for w in (256, 64):
-        lay = gl.NVMMASharedLayout(0, 16, 2)
-        descs[w] = TensorDescriptor.from_tensor(ckv.view(-1, w), [1, w], lay)
-    pe_desc = TensorDescriptor.from_tensor(kpe, [1, 64], gl.NVMMASharedLayout(0, 16, 2))
+        descs[w] = TensorDescriptor.from_tensor(ckv.view(-1, w), [1, w], FLAT_LAYOUT)
+    pe_desc = TensorDescriptor.from_tensor(kpe, [1, 64], FLAT_LAYOUT)
     for progs, r in progs_rows:
         n = progs * r
         g = torch.Generator(device=dev).manual_seed(n)
@@ -261,11 +265,7 @@ def main(path):
                     ),
                     n * 1152,
                 )
-    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "scrub": "read 256 MB" if read_scrub else "write 256 MB",
-            "triton": triton.__version__, "command": " ".join(["python", *sys.argv])}  # fmt: skip
-    with open(path, "w") as f:
-        json.dump({**meta, "rows": rows}, f, indent=1)
+    write_rows(path, rows, scrub="read 256 MB" if read_scrub else "write 256 MB")
 
 
 if __name__ == "__main__":
