@@ -171,6 +171,32 @@ def _load_q(
 
 
 @triton.jit
+def _guess_seq(qo_indptr_ptr, kv_indptr_ptr, toks, ok, batch, total_q, GUESS32: tl.constexpr):
+    """The sequence of token(s) ``toks`` guessed by proportion (exact for batches of equal q_len:
+    decode, a single sequence) and the guess's indptr entries, read side by side:
+    (guess, qo[g], qo[g + 1], kv[g], kv[g + 1]). Scalar or vector ``toks`` (``ok`` masks lanes)."""
+    if GUESS32:
+        guess = toks * batch // total_q  # a 64-bit division is a slow subroutine call
+    else:
+        guess = (toks.to(tl.int64) * batch // total_q).to(tl.int32)
+    guess = tl.maximum(tl.minimum(guess, batch - 1), 0)
+    g_q0 = tl.load(qo_indptr_ptr + guess, mask=ok, other=0)
+    g_q1 = tl.load(qo_indptr_ptr + guess + 1, mask=ok, other=1)
+    g_k0 = tl.load(kv_indptr_ptr + guess, mask=ok, other=0)
+    g_k1 = tl.load(kv_indptr_ptr + guess + 1, mask=ok, other=0)
+    return guess, g_q0, g_q1, g_k0, g_k1
+
+
+@triton.jit
+def _search_bounds(guess, g_q0, g_q1, toks, batch):
+    """[lo, hi] holding each token's sequence (the largest b with qo_indptr[b] <= token) after
+    the guess: the guess itself when it holds the token, else the side of it that does."""
+    b_lo = tl.where(g_q0 <= toks, guess, 0)
+    b_hi = tl.where(g_q0 <= toks, tl.where(g_q1 > toks, guess, batch - 1), guess - 1)
+    return b_lo, b_hi
+
+
+@triton.jit
 def _mla_prefill_kernel(
     q_nope_ptr,
     q_pe_ptr,
@@ -239,15 +265,9 @@ def _mla_prefill_kernel(
     # First sequence of this tile: the largest b in [0, batch) with qo_indptr[b] <= tok0.
     # Guess it by proportion (exact for batches of equal q_len: decode, single sequence) and read
     # the guess's indptr entries together; a miss narrows the binary search to one side.
-    if GUESS32:
-        guess = tok0 * batch // total_q  # a 64-bit division is a slow subroutine call
-    else:
-        guess = (tok0.to(tl.int64) * batch // total_q).to(tl.int32)
-    guess = tl.maximum(tl.minimum(guess, batch - 1), 0)
-    g_q0 = tl.load(qo_indptr_ptr + guess)
-    g_q1 = tl.load(qo_indptr_ptr + guess + 1)
-    g_k0 = tl.load(kv_indptr_ptr + guess)
-    g_k1 = tl.load(kv_indptr_ptr + guess + 1)
+    guess, g_q0, g_q1, g_k0, g_k1 = _guess_seq(
+        qo_indptr_ptr, kv_indptr_ptr, tok0, True, batch, total_q, GUESS32
+    )
     # Q does not depend on the sequence: its load is issued beside the index loads, after them,
     # so that its copy to shared memory (placed right after the load) waits on one round trip
     # together with them instead of before they are issued
@@ -255,8 +275,7 @@ def _mla_prefill_kernel(
         q_nope_ptr, q_pe_ptr, row_tok64, row_head, row_ok,
         stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, HEAD_CKV, HEAD_KPE, INTERPRET,
     )  # fmt: skip
-    b_lo = tl.where(g_q0 <= tok0, guess, 0)
-    b_hi = tl.where(g_q0 <= tok0, tl.where(g_q1 > tok0, guess, batch - 1), guess - 1)
+    b_lo, b_hi = _search_bounds(guess, g_q0, g_q1, tok0, batch)
     while b_lo < b_hi:
         mid = (b_lo + b_hi + 1) // 2
         if tl.load(qo_indptr_ptr + mid) <= tok0:
@@ -400,18 +419,11 @@ def _mla_pooled_split_kernel(
     q = tl.program_id(0)
     toks = tl.arange(0, BLOCK_TQ)
     tok_ok = toks < total_q
-    if GUESS32:
-        guess = toks * batch // total_q
-    else:
-        guess = (toks.to(tl.int64) * batch // total_q).to(tl.int32)
-    guess = tl.maximum(tl.minimum(guess, batch - 1), 0)
-    g_q0 = tl.load(qo_indptr_ptr + guess, mask=tok_ok, other=0)
-    g_q1 = tl.load(qo_indptr_ptr + guess + 1, mask=tok_ok, other=1)
-    g_k0 = tl.load(kv_indptr_ptr + guess, mask=tok_ok, other=0)
-    g_k1 = tl.load(kv_indptr_ptr + guess + 1, mask=tok_ok, other=0)
+    guess, g_q0, g_q1, g_k0, g_k1 = _guess_seq(
+        qo_indptr_ptr, kv_indptr_ptr, toks, tok_ok, batch, total_q, GUESS32
+    )
     # each token's sequence: the largest b with qo_indptr[b] <= token (the guess, or a search)
-    b_lo = tl.where(g_q0 <= toks, guess, 0)
-    b_hi = tl.where(g_q0 <= toks, tl.where(g_q1 > toks, guess, batch - 1), guess - 1)
+    b_lo, b_hi = _search_bounds(guess, g_q0, g_q1, toks, batch)
     b_hi = tl.where(tok_ok, b_hi, b_lo)
     while tl.max(b_hi - b_lo, 0) > 0:
         active = b_hi > b_lo
@@ -469,6 +481,40 @@ def _mla_pooled_split_kernel(
 
 
 @triton.jit
+def _merge_slots(
+    acc, den, m_i, part_o_ptr, part_lse_ptr, first, k0, n, step, head, offs_s, offs_d,
+    NUM_HEADS: tl.constexpr, HEAD_CKV: tl.constexpr, FIRST: tl.constexpr,
+):  # fmt: skip
+    """Merge a row's slots ``first + k0 + offs_s * step`` (``k0 + offs_s < n``; ``k0 > 0`` only
+    with step 1) into the running (acc, den, m_i): one load of their lse, then one of the
+    outputs of those that saw a key (lse > -inf). ``FIRST``: the row's first block (``acc``,
+    ``den``, ``m_i`` unused); later blocks need a finite ``m_i`` (pooled pieces are never
+    empty)."""
+    lse_at = (first + k0 + offs_s * step) * NUM_HEADS + head
+    part = tl.load(part_lse_ptr + lse_at, mask=k0 + offs_s < n, other=float("-inf"))
+    if FIRST:
+        m_new = tl.max(part, 0)
+        m_new = tl.where(m_new == float("-inf"), 0.0, m_new)  # no slot saw a key
+        w = tl.math.exp2(part - m_new)  # 0 for splits that saw no key
+        den = tl.sum(w, 0)
+    else:
+        m_new = tl.maximum(m_i, tl.max(part, 0))
+        alpha = tl.math.exp2(m_i - m_new)
+        w = tl.math.exp2(part - m_new)
+    o_s = tl.load(
+        part_o_ptr + lse_at[:, None] * HEAD_CKV + offs_d[None, :],
+        mask=(part > float("-inf"))[:, None],
+        other=0.0,
+    )  # the outputs of empty splits are never read
+    if FIRST:
+        acc = tl.sum(w[:, None] * o_s, 0)
+    else:
+        acc = acc * alpha + tl.sum(w[:, None] * o_s, 0)
+        den = den * alpha + tl.sum(w, 0)
+    return acc, den, m_new
+
+
+@triton.jit
 def _combine_kernel(
     part_o_ptr,
     part_lse_ptr,
@@ -494,10 +540,10 @@ def _combine_kernel(
     ``first + k * step`` for ``k < n``: per-tile splits (``POOLED`` off) have ``first`` = token,
     ``step`` = total_q, ``n`` = num_splits (``BLOCK_S >= num_splits``: one load); pooled pieces
     (``_mla_pooled_split_kernel``) read ``first`` and ``n`` from ``table`` and have step 1, any
-    ``n`` (blocks of ``BLOCK_S`` after the first are merged online).
+    ``n`` (merged online, ``BLOCK_S`` slots at a time).
 
-    Program (row, D block): one load of the first block's lse, then one load of the outputs of
-    the slots that saw a key (two dependent memory round trips, three with the table).
+    Program (row, D block), per block of slots: one load of their lse, then one load of the
+    outputs of the slots that saw a key (two dependent memory round trips, three with the table).
     ``[BLOCK_S, BLOCK_D]`` with ``BLOCK_D = 8192 / BLOCK_S`` (capped at 512): up to 16 slots a
     thread holds all slots of its 4 columns, so the merge is a sum in registers (no shuffles, no
     barriers); above 16 the warps share the slots again.
@@ -517,34 +563,18 @@ def _combine_kernel(
         first = tok
         n = num_splits
         step = total_q
-    lse_at = (first + offs_s * step) * NUM_HEADS + head
-    part = tl.load(part_lse_ptr + lse_at, mask=offs_s < n, other=float("-inf"))
-    m_use = tl.max(part, 0)
-    m_use = tl.where(m_use == float("-inf"), 0.0, m_use)
-    w = tl.math.exp2(part - m_use)  # 0 for splits that saw no key
-    den = tl.sum(w, 0)
-    o_s = tl.load(
-        part_o_ptr + lse_at[:, None] * HEAD_CKV + offs_d[None, :],
-        mask=(part > float("-inf"))[:, None],
-        other=0.0,
-    )  # the outputs of empty splits are never read
-    acc = tl.sum(w[:, None] * o_s, 0)
+    # the first block straight-line (every load of it in flight at once; in a loop, ptxas issues
+    # them a few slots at a time), later ones (pooled pieces only) online
+    acc, den, m_i = _merge_slots(
+        0.0, 0.0, 0.0, part_o_ptr, part_lse_ptr,
+        first, 0, n, step, head, offs_s, offs_d, NUM_HEADS, HEAD_CKV, True,
+    )  # fmt: skip
     if POOLED:
-        # pooled pieces are never empty, so m_use is a piece's finite lse from here on
         for k0 in range(BLOCK_S, n, BLOCK_S):
-            lse_at = (first + k0 + offs_s) * NUM_HEADS + head
-            part = tl.load(part_lse_ptr + lse_at, mask=k0 + offs_s < n, other=float("-inf"))
-            m_new = tl.maximum(m_use, tl.max(part, 0))
-            alpha = tl.math.exp2(m_use - m_new)
-            w = tl.math.exp2(part - m_new)
-            o_s = tl.load(
-                part_o_ptr + lse_at[:, None] * HEAD_CKV + offs_d[None, :],
-                mask=(part > float("-inf"))[:, None],
-                other=0.0,
-            )
-            acc = acc * alpha + tl.sum(w[:, None] * o_s, 0)
-            den = den * alpha + tl.sum(w, 0)
-            m_use = m_new
+            acc, den, m_i = _merge_slots(
+                acc, den, m_i, part_o_ptr, part_lse_ptr,
+                first, k0, n, step, head, offs_s, offs_d, NUM_HEADS, HEAD_CKV, False,
+            )  # fmt: skip
     seen = den > 0.0
     den_div = tl.where(seen, den, 1.0)
     o = acc * (1.0 / den_div)
@@ -552,5 +582,5 @@ def _combine_kernel(
         out_ptr + tok * stride_o_t + head * stride_o_h + offs_d, o.to(out_ptr.dtype.element_ty)
     )
     if tl.program_id(1) == 0:
-        lse = tl.where(seen, m_use + tl.math.log2(den_div), float("-inf"))
+        lse = tl.where(seen, m_i + tl.math.log2(den_div), float("-inf"))
         tl.store(lse_ptr + tok * stride_l_t + head * stride_l_h, lse)
