@@ -71,9 +71,8 @@ def main(out_path, prefixes):
         out = torch.empty(total_q, 16, 512, dtype=torch.bfloat16, device="cuda")
         lse = torch.empty(total_q, 16, dtype=torch.float32, device="cuda")
         args = [inputs[k] for k in INPUTS]
-        cfg = km.default_config(
-            total_q, len(inputs["qo_indptr"]) - 1, args[6].numel(), args[0].device
-        )
+        shape = (total_q, len(inputs["qo_indptr"]) - 1, args[6].numel(), args[0].device)
+        cfg = km.default_config(*shape)
         fi = flashinfer_planned(inputs, torch.empty_like(out), torch.empty_like(lse))
         ptrs = [a for a in args if isinstance(a, torch.Tensor)] + [out, lse]
         ints = [1] * (24 - len(ptrs))
@@ -84,9 +83,7 @@ def main(out_path, prefixes):
             "ours_us": per_call_us(ours(inputs, out, lse)),
             "flashinfer_us": per_call_us(fi),
             "check_inputs_us": per_call_us(lambda: check_inputs(*args[:7], out, lse)),
-            "default_config_us": per_call_us(
-                lambda: km.default_config(total_q, 1, args[6].numel(), args[0].device)
-            ),
+            "default_config_us": per_call_us(lambda: km.default_config(*shape)),
             "empty_launch_us": per_call_us(lambda: _empty[(1,)](*ptrs, *ints, X=1)),
             "empty_launch_pdl_us": per_call_us(
                 lambda: _empty[(1,)](*ptrs, *ints, X=2, launch_pdl=True)
