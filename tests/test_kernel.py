@@ -111,6 +111,21 @@ def test_first_index_block_read_early(name, config, device, reference):
     run_case(SPECULATION_CASES[name], device, reference, seed=9, config=config)
 
 
+class Force64:
+    """Stands in for a kernel: records the 32-bit flags the shapes chose, launches with them off."""
+
+    def __init__(self, kernel, seen):
+        self.kernel, self.seen = kernel, seen
+
+    def __getitem__(self, grid):
+        def launch(*args, **kw):
+            flags = {k: False for k in ("OFFS32", "GUESS32") if k in kw}
+            self.seen.append(tuple(kw[k] for k in flags))
+            return self.kernel[grid](*args, **{**kw, **flags})
+
+        return launch
+
+
 # 32-bit gather offsets and first-sequence guess are taken when the shapes allow (every cache
 # and batch here); the 64-bit paths, for caches of >= 2**31 elements or total_q * batch >=
 # 2**31, are forced through a launcher that overrides both flags (checked to fail with the 64-bit
@@ -121,21 +136,9 @@ def test_first_index_block_read_early(name, config, device, reference):
 )
 def test_64bit_offsets_and_guess(config, device, reference, monkeypatch):
     seen = []
-
-    class Force64:
-        def __init__(self, kernel):
-            self.kernel = kernel
-
-        def __getitem__(self, grid):
-            def launch(*args, **kw):
-                seen.append((kw["OFFS32"], kw["GUESS32"]))
-                return self.kernel[grid](*args, **{**kw, "OFFS32": False, "GUESS32": False})
-
-            return launch
-
     # 1-token split tiles launch the pooled kernel, the others the main kernel
     for name in ("_mla_prefill_kernel", "_mla_pooled_split_kernel"):
-        monkeypatch.setattr(main, name, Force64(getattr(main, name)))
+        monkeypatch.setattr(main, name, Force64(getattr(main, name), seen))
     run_case(EDGE_CASES["guess_misses"] + [(1, 40), (3, 3)], device, reference, 5, config)
     assert seen == [(True, True)]  # what the shapes chose, before the override
 
@@ -414,6 +417,19 @@ GLUON_LENGTHS = {
 @pytest.mark.parametrize("name", sorted(GLUON_LENGTHS))
 def test_gluon_kernel(name, config, device, reference):
     run_case(GLUON_LENGTHS[name], device, reference, seed=13, config=config)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", GLUON[:2], ids=["whole", "split3"])
+def test_gluon_64bit_offsets(config, device, reference, monkeypatch):
+    """The Gluon loader's 64-bit gather path (caches of >= 2**31 elements), forced."""
+    from mla_prefill.kernel import gluon_attention  # imported at launch, so patched there
+
+    seen = []
+    kernel = gluon_attention._mla_prefill_ws_kernel
+    monkeypatch.setattr(gluon_attention, "_mla_prefill_ws_kernel", Force64(kernel, seen))
+    run_case(GLUON_LENGTHS["long_prefix"] + [(1, 40), (3, 3)], device, reference, 5, config)
+    assert seen == [(True,)]
 
 
 @pytest.mark.gpu

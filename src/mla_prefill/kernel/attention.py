@@ -262,9 +262,7 @@ def _mla_prefill_kernel(
         # starts there (the first sequence's, when kv_indptr[0] is 0) skips one dependent load
         spec_pages = tl.load(kv_indices_ptr + offs_n, mask=offs_n < num_kv_indices, other=0)
 
-    # First sequence of this tile: the largest b in [0, batch) with qo_indptr[b] <= tok0.
-    # Guess it by proportion (exact for batches of equal q_len: decode, single sequence) and read
-    # the guess's indptr entries together; a miss narrows the binary search to one side.
+    # first sequence of this tile: the largest b in [0, batch) with qo_indptr[b] <= tok0
     guess, g_q0, g_q1, g_k0, g_k1 = _guess_seq(
         qo_indptr_ptr, kv_indptr_ptr, tok0, True, batch, total_q, GUESS32
     )

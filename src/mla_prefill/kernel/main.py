@@ -224,7 +224,7 @@ def mla_paged_prefill(
     if config.kernel == "gluon":
         from .gluon_attention import _mla_prefill_ws_kernel  # imported only where it can run
 
-        _mla_prefill_ws_kernel[grid](*args, **consts, num_warps=4)
+        _mla_prefill_ws_kernel[grid](*args, **consts, OFFS32=offs32, num_warps=4)
     else:
         _mla_prefill_kernel[grid](
             *args, num_kv, **consts, OFFS32=offs32, GUESS32=guess32, INTERPRET=interpret,
