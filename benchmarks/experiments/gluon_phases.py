@@ -30,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-HELPERS = '''
+HELPERS = """
 
 CLK_L = gl.constexpr(gl.BlockedLayout([1], [32], [4], [0]))
 
@@ -46,7 +46,7 @@ def _clk():
 def _put(dbg_ptr, k, v):
     pid = gl.program_id(0) * gl.num_programs(1) + gl.program_id(1)
     gl.store(dbg_ptr + pid * 16 + k + gl.arange(0, 1, layout=CLK_L), v)
-'''
+"""
 
 
 GLUON = [
@@ -236,7 +236,9 @@ def main(path, uuids):
         rows = dbg.cpu().to(torch.int64)
         rows = rows[rows[:, 5] > 0]
         blocks = int(rows[:, 5].sum())
-        per_block = {f"softmax.{n}": float(rows[:, i].sum()) / blocks for i, n in enumerate(SOFTMAX)}
+        per_block = {
+            f"softmax.{n}": float(rows[:, i].sum()) / blocks for i, n in enumerate(SOFTMAX)
+        }
         per_block.update({f"loader.{n}": float(rows[:, 8 + i].sum()) / blocks
                           for i, n in enumerate(LOADER)})  # fmt: skip
         per_block["softmax.total"] = float(rows[:, 4].sum()) / blocks
