@@ -20,6 +20,10 @@ and without the clock reads (cold L2: a 256 MB write scrub before each call, as 
 
     python -u benchmarks/experiments/gluon_phases.py OUT.json a06f2653 733a7bbe ...
     python benchmarks/experiments/gluon_phases.py --offline   # sm_90 compile, ptxas report
+
+Written in session 14 and compiled offline (no spills; ``tests/test_gluon_compile.py`` keeps its
+patches applying to the kernel sources); its first GPU run did not happen that session (no device
+machine could be started), so its numbers are still to be seen.
 """
 
 import importlib
@@ -181,8 +185,8 @@ def offline():
     ptxas = triton.backends.nvidia.__path__[0] + "/bin/ptxas"
     r = subprocess.run([ptxas, "-v", "-arch=sm_90a", f.name, "-o", "/dev/null"],
                        capture_output=True, text=True)  # fmt: skip
-    print("clock reads", len(re.findall(r"%clock;", k.asm["ptx"])))
-    print(r.stderr.strip()[-500:])
+    clocks = len(re.findall(r"%clock;", k.asm["ptx"]))
+    print(json.dumps(dict(clock_reads=clocks, ptxas_rc=r.returncode, ptxas=r.stderr.strip())))
 
 
 def main(path, uuids):
