@@ -28,11 +28,13 @@ machine could be started), so its numbers are still to be seen.
 
 import importlib
 import json
-import shutil
 import statistics
 import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from kernel_copy import patched_kernel_package  # noqa: E402  (sibling experiment script)
 
 HELPERS = """
 
@@ -150,15 +152,11 @@ def patch(text, subs, name):
 
 
 def instrumented():
-    """A patched copy of the kernel package, imported as ``mla_ph``."""
-    src = Path(__file__).resolve().parents[2] / "src" / "mla_prefill" / "kernel"
-    tmp = Path(tempfile.mkdtemp()) / "mla_ph"
-    shutil.copytree(src, tmp)
-    for name, subs in (("gluon_attention.py", GLUON), ("main.py", MAIN)):
-        p = tmp / name
-        p.write_text(patch(p.read_text(), subs, name))
-    sys.path.insert(0, str(tmp.parent))
-    return tmp
+    """A patched copy of the kernel package, importable as ``mla_ph``."""
+    edits = (("gluon_attention.py", GLUON), ("main.py", MAIN))
+    return patched_kernel_package(
+        "mla_ph", {n: (lambda t, s=s, n=n: patch(t, s, n)) for n, s in edits}
+    )
 
 
 def offline():
@@ -172,7 +170,6 @@ def offline():
 
     instrumented()
     kern = importlib.import_module("mla_ph.gluon_attention")._mla_prefill_ws_kernel
-    sys.path.insert(0, str(Path(__file__).parent))
     from ttgir_buffers import signature
 
     sig, attrs = signature(kern.arg_names)

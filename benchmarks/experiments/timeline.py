@@ -20,16 +20,17 @@ import importlib
 import json
 import os
 import re
-import shutil
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
 
 from mla_prefill.bench import make_inputs, parse_configs
 from mla_prefill.io import load_index_tensors, load_workloads, repo_root
+
+sys.path.insert(0, str(Path(__file__).parent))
+from kernel_copy import patched_kernel_package  # noqa: E402  (sibling experiment script)
 
 HELPERS = """
 
@@ -126,13 +127,11 @@ def patch(text, subs, name):
 
 def instrumented():
     """Import a patched copy of the kernel package (as ``mla_tl``)."""
-    src = repo_root() / "src" / "mla_prefill" / "kernel"
-    tmp = Path(tempfile.mkdtemp()) / "mla_tl"
-    shutil.copytree(src, tmp)
-    for name, subs in (("attention.py", ATTENTION), ("main.py", MAIN)):
-        p = tmp / name
-        p.write_text(patch(p.read_text(), subs, name))
-    sys.path.insert(0, str(tmp.parent))
+    patched_kernel_package(
+        "mla_tl",
+        {n: (lambda t, s=subs, n=n: patch(t, s, n)) for n, subs in (("attention.py", ATTENTION),
+                                                                     ("main.py", MAIN))},
+    )  # fmt: skip
     return importlib.import_module("mla_tl.main")
 
 
