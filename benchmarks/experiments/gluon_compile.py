@@ -23,11 +23,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from ttgir_buffers import signature  # noqa: E402  (sibling experiment script)
 
 
-def compile_ws(block_n=64, split=False):
-    sig, attrs = signature(_mla_prefill_ws_kernel.arg_names, split)
+def compile_ws(block_n=64, split=False, kernel=_mla_prefill_ws_kernel):
+    """``kernel`` (the shipped one, or a patched copy of it) compiled for sm_90."""
+    sig, attrs = signature(kernel.arg_names, split)
     consts = dict(NUM_HEADS=16, HEAD_CKV=512, HEAD_KPE=64, BLOCK_T=4, BLOCK_N=block_n,
                   MIN_CHUNK=128 if split else 0, OFFS32=True)  # fmt: skip
-    src = GluonASTSource(_mla_prefill_ws_kernel, sig, consts, attrs)
+    src = GluonASTSource(kernel, sig, consts, attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
 
 

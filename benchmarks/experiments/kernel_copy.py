@@ -9,14 +9,14 @@ from pathlib import Path
 KERNEL = Path(__file__).resolve().parents[2] / "src" / "mla_prefill" / "kernel"
 
 
-def patched_kernel_package(pkg, edits):
-    """Copy ``src/mla_prefill/kernel`` to a temporary package named ``pkg``, rewrite its files
-    with ``edits`` ({file name: function from the file's text to the new text}) and put it on
-    ``sys.path``; returns its folder."""
+def patched_kernel_package(pkg, subs, patch):
+    """Copy ``src/mla_prefill/kernel`` to a temporary package named ``pkg``, rewrite each file
+    named in ``subs`` ({file name: substitutions}) as ``patch(text, its substitutions, name)``
+    and put the package on ``sys.path``; returns its folder."""
     tmp = Path(tempfile.mkdtemp()) / pkg
     shutil.copytree(KERNEL, tmp)
-    for name, edit in edits.items():
+    for name, file_subs in subs.items():
         p = tmp / name
-        p.write_text(edit(p.read_text()))
+        p.write_text(patch(p.read_text(), file_subs, name))
     sys.path.insert(0, str(tmp.parent))
     return tmp

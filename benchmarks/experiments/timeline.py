@@ -127,11 +127,7 @@ def patch(text, subs, name):
 
 def instrumented():
     """Import a patched copy of the kernel package (as ``mla_tl``)."""
-    patched_kernel_package(
-        "mla_tl",
-        {n: (lambda t, s=subs, n=n: patch(t, s, n)) for n, subs in (("attention.py", ATTENTION),
-                                                                     ("main.py", MAIN))},
-    )  # fmt: skip
+    patched_kernel_package("mla_tl", {"attention.py": ATTENTION, "main.py": MAIN}, patch)
     return importlib.import_module("mla_tl.main")
 
 
