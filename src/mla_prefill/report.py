@@ -259,7 +259,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     print(
         ("\n" if args.markdown else "")
         + "x FI wrapper: speedup over the FlashInfer wrapper solution as flashinfer-bench times it "
-        "(plan() inside every call, as the upstream baseline; host overhead included). The "
+        "(plan() inside every call, as the upstream baseline; host overhead included). "
+        "flashinfer-bench times each call from a synchronised, idle GPU, so latency ms is the "
+        "call's host time plus its GPU time: where kernels take tens of microseconds it is mostly "
+        "host time (Python, planning, launches). The "
         "kernel-to-kernel comparison, plan outside the timed call, is `mla-prefill bench` "
         "(benchmarks/h200.json). "
         "TFLOP/s from the exact causal pair count, shown for workloads of >= 1000 tokens (below, "
