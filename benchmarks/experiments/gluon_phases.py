@@ -14,8 +14,8 @@ the shipped sources are not touched. Each program sums, over its KV blocks, the 
                        pvlo   its P V half (issue and wait)
 
 plus each partition's total, and stores them at its end. The softmax warpgroup also stamps
-``%globaltimer`` (ns) at its entry, when its first block's gather has landed, after its last
-block and at its exit, with its ``%smid``: per program a prologue, body and epilogue, and per SM
+``%clock`` at its entry, when its first block's gather has landed, after its last block and at
+its exit, with its ``%smid`` (the counter is per SM, so only stamps of one SM are compared): per program a prologue, body and epilogue, and per SM
 the gap between one program's exit and the next one's entry (``per_program``; session 15), i.e.
 what a persistent launch could hide. The added waits repeat waits the code makes anyway (same
 barrier and phase), so they only split the time. Printed: cycles per KV block of each phase,
@@ -50,14 +50,6 @@ def _clk():
     d = gl.zeros([1], gl.int32, layout=CLK_L)
     return gl.inline_asm_elementwise("mov.u32 $0, %clock;", "=r,r", [d], dtype=gl.int32,
                                      is_pure=False, pack=1)
-
-
-@gluon.jit
-def _gt():
-    d = gl.zeros([1], gl.int32, layout=CLK_L)
-    return gl.inline_asm_elementwise(
-        "{ .reg .b64 t; mov.u64 t, %globaltimer; cvt.u32.u64 $0, t; }", "=r,r", [d],
-        dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit
@@ -117,7 +109,7 @@ GLUON = [
     ("    BLOCK_N: gl.constexpr, MIN_CHUNK: gl.constexpr,\n):",
      "    dbg_ptr, BLOCK_N: gl.constexpr, MIN_CHUNK: gl.constexpr,\n):"),
     ("    tok0, tok_end = _tile_tokens(total_q, BLOCK_T)\n\n    # Q into shared memory once",
-     "    g_entry = _gt()\n    tok0, tok_end = _tile_tokens(total_q, BLOCK_T)\n\n"
+     "    g_entry = _clk()\n    tok0, tok_end = _tile_tokens(total_q, BLOCK_T)\n\n"
      "    # Q into shared memory once"),
     ("    it = tok0 * 0\n    while",
      "    it = tok0 * 0\n    t_beg = _clk()\n    w_ready = t_beg * 0\n    w_qk = t_beg * 0\n"
@@ -129,7 +121,7 @@ GLUON = [
      "                T0 = _clk()\n"
      "                mbarrier.wait(ready.index(st), (g // NUM_STAGES) & 1)\n"
      "                T1 = _clk()\n                w_ready += T1 - T0\n"
-     "                g_first = gl.where(nblk == 0, _gt(), g_first)\n"
+     "                g_first = gl.where(nblk == 0, _clk(), g_first)\n"
      "                s = warpgroup_mma_wait(\n"
      "                    0, deps=[_issue_qk(q_lo, q_hi, q_pe, kv_lo, kv_hi, pe_bufs, ready, g, "
      "s_layout)]\n                )\n"
@@ -142,7 +134,7 @@ GLUON = [
     ("                mbarrier.arrive(empty.index(st), count=1)  # block g is done with its stage\n",
      "                mbarrier.arrive(empty.index(st), count=1)  # block g is done with its stage\n"
      "                w_pv += _clk() - T3\n                nblk += 1\n"
-     "                g_last = _gt()\n"),
+     "                g_last = _clk()\n"),
     ("        b, q_start, q_end, kv_start, kv_end = _next_seq(\n"
      "            qo_indptr_ptr, kv_indptr_ptr, b, q_end, kv_end, batch\n        )\n\n\n@gluon",
      "        b, q_start, q_end, kv_start, kv_end = _next_seq(\n"
@@ -151,7 +143,7 @@ GLUON = [
      "    _put(dbg_ptr, 3, w_pv)\n    _put(dbg_ptr, 4, _clk() - t_beg)\n"
      "    _put(dbg_ptr, 5, nblk)\n    _put(dbg_ptr, 6, g_entry)\n    _put(dbg_ptr, 7, _smid())\n"
      "    _put(dbg_ptr, 13, g_first)\n    _put(dbg_ptr, 14, g_last)\n"
-     "    _put(dbg_ptr, 15, _gt())\n\n\n@gluon"),
+     "    _put(dbg_ptr, 15, _clk())\n\n\n@gluon"),
     # kernel: the argument, passed to both partitions
     ("    total_q, batch, qk_scale,\n    NUM_HEADS: gl.constexpr, HEAD_CKV: gl.constexpr,",
      "    total_q, batch, qk_scale, dbg_ptr,\n    NUM_HEADS: gl.constexpr, HEAD_CKV: gl.constexpr,"),
@@ -197,36 +189,35 @@ def offline():
 
 
 def per_program(rows):
-    """Per-program times from the softmax warpgroup's ``%globaltimer`` stamps (low 32 bits, ns):
-    entry -> first block's gather landed (prologue: launch-side chain of Q, indptrs, page indices,
-    first gather), first -> last block done (body), last block -> exit (epilogue: stores), and on
-    each SM the gap from one program's exit to the next one's entry. Summed over SMs against the
-    launch's span, the share a persistent launch could at most hide (prologue + epilogue + gap)."""
+    """Per-program times from the softmax warpgroup's ``%clock`` stamps (cycles; one counter
+    per SM, so stamps are compared within an SM only): entry -> first block's gather landed
+    (prologue: Q, indptrs, page indices, first gather), first -> last block done (body), last
+    block -> exit (epilogue: stores), and the gap from one program's exit to the next one's entry
+    on the same SM. ``hideable_share``: prologues, epilogues and gaps against the SMs' busy spans
+    (first entry to last exit, summed over SMs), what a persistent launch could at most hide."""
     import torch
 
-    ref, half = int(rows[0, 6]), 1 << 31  # a call spans far less than 2**31 ns
-    entry, first, last, end = ((rows[:, k] - ref + half) % (2 * half) - half
-                               for k in (6, 13, 14, 15))  # fmt: skip
-    sm = rows[:, 7]
-    gaps = []
-    for s in sm.unique().tolist():
-        order = entry[sm == s].argsort()
-        e, x = entry[sm == s][order], end[sm == s][order]
-        gaps += (e[1:] - x[:-1]).tolist()
-    span = int(end.max() - entry.min())
-    used = len(sm.unique()) * span
-
-    def med(t):
-        return round(float(t.float().median()), 1) if len(t) else None
-
-    gap_t = torch.tensor(gaps, dtype=torch.int64)
-    return {
-        "programs": len(rows), "sms": len(sm.unique()), "span": span,
-        "prologue_median": med(first - entry), "body_median": med(last - first),
-        "epilogue_median": med(end - last), "gap_median": med(gap_t),
-        "hideable_share": round(float((first - entry).sum() + (end - last).sum()
-                                      + gap_t.sum()) / used, 3),
-    }  # fmt: skip
+    half = 1 << 31  # stamps are the counter's low 32 bits; a call spans far fewer cycles
+    parts = {"prologue": [], "body": [], "epilogue": [], "gap": []}
+    span = 0
+    for s in rows[:, 7].unique().tolist():
+        r = rows[rows[:, 7] == s]
+        entry, first, last, end = (
+            (r[:, k] - int(r[0, 6]) + half) % (2 * half) - half for k in (6, 13, 14, 15)
+        )
+        order = entry.argsort()
+        entry, first, last, end = entry[order], first[order], last[order], end[order]
+        parts["prologue"] += (first - entry).tolist()
+        parts["body"] += (last - first).tolist()
+        parts["epilogue"] += (end - last).tolist()
+        parts["gap"] += (entry[1:] - end[:-1]).tolist()
+        span += int(end.max() - entry.min())
+    hidden = sum(sum(parts[k]) for k in ("prologue", "epilogue", "gap"))
+    res = {"programs": len(rows), "sms": len(rows[:, 7].unique()), "busy_cycles": span}
+    for k, v in parts.items():
+        res[f"{k}_median_cycles"] = float(torch.tensor(v).float().median()) if v else None
+    res["hideable_share"] = round(hidden / span, 3) if span else None
+    return res
 
 
 def main(path, uuids):
@@ -289,13 +280,13 @@ def main(path, uuids):
         per_block["loader.total"] = float(rows[:, 12].sum()) / blocks
         run = {"uuid": wl.uuid, "config": str(cfg), "programs_with_blocks": len(rows),
                "kv_blocks": blocks, "event_us": times, "cycles_per_block": per_block,
-               "per_program_ns": per_program(rows)}  # fmt: skip
+               "per_program_cycles": per_program(rows)}  # fmt: skip
         report["runs"].append(run)
         print(f"== {uuid}: {len(rows)} programs, {blocks} KV blocks; event us shipped "
               f"{times['shipped']:.1f}, clocked {times['clocked']:.1f}")  # fmt: skip
         for k, v in per_block.items():
             print(f"   {k:16s} {v:8.0f} cycles / block")
-        for k, v in run["per_program_ns"].items():
+        for k, v in run["per_program_cycles"].items():
             print(f"   {k:16s} {v}")
     Path(path).write_text(json.dumps(report, indent=1))
 
