@@ -15,13 +15,13 @@ the shipped sources are not touched. Each program sums, over its KV blocks, the 
 
 plus each partition's total, and stores them at its end. The softmax warpgroup also stamps
 ``%clock`` at its entry, when its first block's gather has landed, after its last block and at
-its exit, with its ``%smid`` (the counter is per SM, so only stamps of one SM are compared): per program a prologue, body and epilogue, and per SM
-the gap between one program's exit and the next one's entry (``per_program``; session 15), i.e.
-what a persistent launch could hide. The added waits repeat waits the code makes anyway (same
-barrier and phase), so they only split the time. Printed: cycles per KV block of each phase,
-averaged over every block of every program, the per-program times, and the event time of the
-call with and without the clock reads (cold L2: a 256 MB write scrub before each call, as the
-bench).
+its exit, with its ``%smid`` (the counter is per SM, so only stamps of one SM are compared):
+per program a prologue, body and epilogue, and per SM the gap between one program's exit and
+the next one's entry (``per_program``; session 15), i.e. what a persistent launch could hide.
+The added waits repeat waits the code makes anyway (same barrier and phase), so they only split
+the time. Printed: cycles per KV block of each phase, averaged over every block of every
+program, the per-program times, and the event time of the call with and without the clock reads
+(cold L2: a 256 MB write scrub before each call, as the bench).
 
     python -u benchmarks/experiments/gluon_phases.py OUT.json a06f2653 733a7bbe ...
     python benchmarks/experiments/gluon_phases.py --offline   # sm_90 compile, ptxas report

@@ -83,7 +83,8 @@ def main(f_next_values):
     for name, tl, measured in rows:
         base = predict(tl, once, f, r, b)
         cols = "".join(
-            f"  {predict(tl, once, f, r, b, x) / base:6.3f}  {predict(tl, once, f, r, b, x, True) / base:8.3f}"
+            f"  {predict(tl, once, f, r, b, x) / base:6.3f}"
+            f"  {predict(tl, once, f, r, b, x, True) / base:8.3f}"
             for x in f_next_values
         )
         print(f"{name}  {len(tl):5d}  {measured:7.1f}  {base:8.1f}{cols}")
