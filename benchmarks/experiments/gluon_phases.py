@@ -200,7 +200,8 @@ def per_program(rows):
     half = 1 << 31  # stamps are the counter's low 32 bits; a call spans far fewer cycles
     parts = {"prologue": [], "body": [], "epilogue": [], "gap": []}
     span = 0
-    for s in rows[:, 7].unique().tolist():
+    sms = rows[:, 7].unique().tolist()
+    for s in sms:
         r = rows[rows[:, 7] == s]
         entry, first, last, end = (
             (r[:, k] - int(r[0, 6]) + half) % (2 * half) - half for k in (6, 13, 14, 15)
@@ -213,7 +214,7 @@ def per_program(rows):
         parts["gap"] += (entry[1:] - end[:-1]).tolist()
         span += int(end.max() - entry.min())
     hidden = sum(sum(parts[k]) for k in ("prologue", "epilogue", "gap"))
-    res = {"programs": len(rows), "sms": len(rows[:, 7].unique()), "busy_cycles": span}
+    res = {"programs": len(rows), "sms": len(sms), "busy_cycles": span}
     for k, v in parts.items():
         res[f"{k}_median_cycles"] = float(torch.tensor(v).float().median()) if v else None
     res["hideable_share"] = round(hidden / span, 3) if span else None

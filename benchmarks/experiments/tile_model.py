@@ -1,4 +1,4 @@
-"""A cost model of the Gluon launch (session 15, no device time): how much of each >= 199-token
+"""A cost model of the Gluon launch (session 15, no device time): how much of each Gluon
 workload's time is per-tile overhead, and what a persistent launch could at most take off.
 
 Each 4-token tile of a workload (rebuilt from ``blob/workload_lengths.json`` with the kernel's
@@ -10,7 +10,7 @@ relative error) to our GPU-side times in ``benchmarks/h200.json``. A persistent 
 modelled as the same tiles with ``f`` paid only by each SM's first tile and ``f_next`` by the
 later ones, taken from an atomic counter (dynamic) or in a static snake order.
 
-    python benchmarks/experiments/tile_model.py [F_NEXT ...]   # default 1.5 2.5
+    PYTHONPATH=src python benchmarks/experiments/tile_model.py [F_NEXT ...]   # default 1.5 2.5
 
 Only a model: its per-tile ``f`` is what the fit needs, not a measurement
 (``gluon_phases.py``'s ``per_program`` measures the prologue, epilogue and gaps).
@@ -22,8 +22,11 @@ import json
 import sys
 from pathlib import Path
 
+from mla_prefill.kernel.config import NUM_SMS_HOPPER as SMS
+from mla_prefill.kernel.config import choose_config
+
 ROOT = Path(__file__).resolve().parents[2]
-SMS, FLOOR, BLOCK_T, BLOCK_N = 132, 3.8, 4, 64
+FLOOR, BLOCK_T, BLOCK_N = 3.8, 4, 64  # empty-kernel floor (us); the Gluon kernel's tile
 
 
 def tiles(seqs):
@@ -65,11 +68,12 @@ def predict(tl, once, f, r, b, f_next=None, snake=False):
 def main(f_next_values):
     lengths = json.loads((ROOT / "blob" / "workload_lengths.json").read_text())
     bench = json.loads((ROOT / "benchmarks" / "h200.json").read_text())
-    rows = [
-        (w["uuid"][:8], tiles(lengths[w["uuid"]]), w["ours"]["gpu_ms"] * 1e3)
-        for w in bench["workloads"]
-        if w["total_q"] >= 199  # the Gluon kernel's workloads (choose_config)
-    ]
+    rows = []
+    for w in bench["workloads"]:  # the ones Hopper runs on the Gluon kernel, without a split
+        cfg = choose_config(w["total_q"], w["batch"], w["num_kv_indices"], hopper=True)
+        if cfg.kernel == "gluon" and not cfg.split:
+            assert (cfg.block_t, cfg.block_n) == (BLOCK_T, BLOCK_N), cfg
+            rows.append((w["uuid"][:8], tiles(lengths[w["uuid"]]), w["ours"]["gpu_ms"] * 1e3))
     grid = itertools.product(
         [x / 2 for x in range(13)], [x / 4 for x in range(25)], [0, 1, 2, 3], [1.8, 1.85, 1.9, 2.0]
     )
