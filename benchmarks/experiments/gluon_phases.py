@@ -153,8 +153,8 @@ GLUON = [
      "                NUM_HEADS, HEAD_KPE, BLOCK_T, dbg_ptr, BLOCK_N, MIN_CHUNK, OFFS32,\n"),
 ]  # fmt: skip
 MAIN = [
-    ("        _mla_prefill_ws_kernel[grid](*args, **consts, OFFS32=offs32, num_warps=4)\n",
-     "        _mla_prefill_ws_kernel[grid](*args, _DBG[0], **consts, OFFS32=offs32, num_warps=4)\n"),
+    ("        launch(_mla_prefill_ws_kernel, grid, args, consts, num_warps=4)\n",
+     "        launch(_mla_prefill_ws_kernel, grid, (*args, _DBG[0]), consts, num_warps=4)\n"),
     ("LOG2E = 1.0 / math.log(2.0)\n", "LOG2E = 1.0 / math.log(2.0)\n_DBG = [None]\n"),
 ]  # fmt: skip
 SOFTMAX = ("ready", "qk", "soft", "pv")

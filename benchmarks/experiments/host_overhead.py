@@ -5,7 +5,8 @@ to ~110 us (pooled split + combine) more host time than FlashInfer's wrapper (``
     PYTHONPATH=src python -u benchmarks/experiments/host_overhead.py OUT.json [uuid prefixes]
 
 Per workload: microseconds of host time per call, each part called ``N`` times back to back
-without a sync (the GPU work is queued, never waited for), for our full call, FlashInfer's
+without a sync (the GPU work is queued, never waited for), for our full call (and again with
+every launch through Triton's ``JITFunction.run``: ``MLA_PREFILL_TRITON_LAUNCH=1``), FlashInfer's
 ``run``, our input checks, the config choice, one empty Triton launch with as many arguments as
 our kernel takes, and the tensor allocations of a split; then a cProfile of our full call (top
 functions by own time). Host-side only: says nothing about GPU time.
@@ -14,6 +15,7 @@ functions by own time). Host-side only: says nothing about GPU time.
 import cProfile
 import io
 import json
+import os
 import pstats
 import sys
 import time
@@ -25,6 +27,7 @@ import triton.language as tl
 from mla_prefill.bench import flashinfer_planned, make_inputs, ours
 from mla_prefill.io import INPUTS, load_index_tensors, load_workloads, repo_root
 from mla_prefill.kernel import main as km
+from mla_prefill.kernel.launch import TRITON_LAUNCH_ENV
 from mla_prefill.kernel.validate import check_inputs
 
 N = 300
@@ -45,6 +48,15 @@ def per_call_us(fn, n=N):
     t1 = time.perf_counter()
     torch.cuda.synchronize()
     return round((t1 - t0) / n * 1e6, 2)
+
+
+def triton_launch_us(fn):
+    """Our call with the cached launcher switched off (every launch through ``JITFunction.run``)."""
+    os.environ[TRITON_LAUNCH_ENV] = "1"
+    try:
+        return per_call_us(fn)
+    finally:
+        del os.environ[TRITON_LAUNCH_ENV]
 
 
 def profile(fn, n=N, top=18):
@@ -81,6 +93,7 @@ def main(out_path, prefixes):
             "total_q": total_q,
             "config": repr(cfg),
             "ours_us": per_call_us(ours(inputs, out, lse)),
+            "ours_triton_launch_us": triton_launch_us(ours(inputs, out, lse)),
             "flashinfer_us": per_call_us(fi),
             "check_inputs_us": per_call_us(lambda: check_inputs(*args[:7], out, lse)),
             "default_config_us": per_call_us(lambda: km.default_config(*shape)),

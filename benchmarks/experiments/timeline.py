@@ -108,11 +108,11 @@ ATTENTION = [
 ]
 MAIN = [
     (r"(LOG2E = .*\n)", r"\1_DBG = [None, None]\n"),
-    (r"(total_q, batch, scale \* LOG2E, num_pieces,)", r"\1 _DBG[0],"),
-    (r"(\*args, num_kv,)", r"\1 _DBG[0],"),
+    (r"(total_q, batch, scale \* LOG2E, num_pieces)\)", r"\1, _DBG[0])"),
+    (r"\(\*args, num_kv\)", r"(*args, num_kv, _DBG[0])"),
     (
-        r"(output.stride\(0\), output.stride\(1\), lse.stride\(0\), lse.stride\(1\),)",
-        r"\1 _DBG[1],",
+        r"(output.stride\(0\), output.stride\(1\), lse.stride\(0\), lse.stride\(1\))\)",
+        r"\1, _DBG[1])",
     ),
 ]
 

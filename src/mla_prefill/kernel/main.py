@@ -18,6 +18,7 @@ from .attention import (
     is_interpreter,
 )
 from .config import MAX_POOLED_TOKENS, NUM_SMS_HOPPER, KernelConfig, choose_config
+from .launch import launch
 from .validate import (
     HEAD_DIM_CKV,
     HEAD_DIM_KPE,
@@ -87,11 +88,13 @@ def _launch_combine(part_o, part_lse, table, output, lse, num_splits, pooled, pd
     total_q = output.shape[0]
     block_s = 16 if pooled else triton.next_power_of_2(num_splits)
     block_d = min(HEAD_DIM_CKV, 8192 // block_s)
-    _combine_kernel[(total_q * NUM_QO_HEADS, HEAD_DIM_CKV // block_d)](
-        part_o, part_lse, part_lse if table is None else table, output, lse, num_splits, total_q,
-        output.stride(0), output.stride(1), lse.stride(0), lse.stride(1),
-        NUM_HEADS=NUM_QO_HEADS, HEAD_CKV=HEAD_DIM_CKV, BLOCK_D=block_d, BLOCK_S=block_s,
-        POOLED=pooled, USE_PDL=pdl, num_warps=4, launch_pdl=pdl,
+    launch(
+        _combine_kernel, (total_q * NUM_QO_HEADS, HEAD_DIM_CKV // block_d),
+        (part_o, part_lse, part_lse if table is None else table, output, lse, num_splits, total_q,
+         output.stride(0), output.stride(1), lse.stride(0), lse.stride(1)),
+        dict(NUM_HEADS=NUM_QO_HEADS, HEAD_CKV=HEAD_DIM_CKV, BLOCK_D=block_d, BLOCK_S=block_s,
+             POOLED=pooled, USE_PDL=pdl),
+        num_warps=4, launch_pdl=pdl,
     )  # fmt: skip
 
 
@@ -184,17 +187,18 @@ def mla_paged_prefill(
         slots = num_pieces + total_q
         part_o, part_lse = _partials((slots,), dev)
         table = torch.empty((2 * total_q,), dtype=torch.int32, device=dev)
-        _mla_pooled_split_kernel[(slots,)](
-            q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices,
-            part_o, part_lse, table,
-            q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
-            ckv_cache.stride(0), kpe_cache.stride(0),
-            total_q, batch, scale * LOG2E, num_pieces,
-            NUM_HEADS=NUM_QO_HEADS, HEAD_CKV=HEAD_DIM_CKV, HEAD_KPE=HEAD_DIM_KPE,
-            BLOCK_N=config.block_n, MIN_CHUNK=config.min_chunk,
-            BLOCK_TQ=max(16, triton.next_power_of_2(total_q)), OFFS32=offs32, GUESS32=guess32,
-            INTERPRET=interpret, USE_PDL=pdl, num_warps=config.num_warps,
-            num_stages=config.num_stages,
+        launch(
+            _mla_pooled_split_kernel, (slots,),
+            (q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices,
+             part_o, part_lse, table,
+             q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
+             ckv_cache.stride(0), kpe_cache.stride(0),
+             total_q, batch, scale * LOG2E, num_pieces),
+            dict(NUM_HEADS=NUM_QO_HEADS, HEAD_CKV=HEAD_DIM_CKV, HEAD_KPE=HEAD_DIM_KPE,
+                 BLOCK_N=config.block_n, MIN_CHUNK=config.min_chunk,
+                 BLOCK_TQ=max(16, triton.next_power_of_2(total_q)), OFFS32=offs32,
+                 GUESS32=guess32, INTERPRET=interpret, USE_PDL=pdl),
+            num_warps=config.num_warps, num_stages=config.num_stages,
         )  # fmt: skip
         _launch_combine(part_o, part_lse, table, output, lse, 0, True, pdl)
         return output, lse
@@ -219,15 +223,16 @@ def mla_paged_prefill(
     consts = dict(
         NUM_HEADS=NUM_QO_HEADS, HEAD_CKV=HEAD_DIM_CKV, HEAD_KPE=HEAD_DIM_KPE,
         BLOCK_T=config.block_t, BLOCK_N=config.block_n,
-        MIN_CHUNK=config.min_chunk if split else 0,
+        MIN_CHUNK=config.min_chunk if split else 0, OFFS32=offs32,
     )  # fmt: skip
     if config.kernel == "gluon":
         from .gluon_attention import _mla_prefill_ws_kernel  # imported only where it can run
 
-        _mla_prefill_ws_kernel[grid](*args, **consts, OFFS32=offs32, num_warps=4)
+        launch(_mla_prefill_ws_kernel, grid, args, consts, num_warps=4)
     else:
-        _mla_prefill_kernel[grid](
-            *args, num_kv, **consts, OFFS32=offs32, GUESS32=guess32, INTERPRET=interpret,
+        consts.update(GUESS32=guess32, INTERPRET=interpret)
+        launch(
+            _mla_prefill_kernel, grid, (*args, num_kv), consts,
             num_warps=config.num_warps, num_stages=config.num_stages,
         )  # fmt: skip
     if split:
