@@ -103,9 +103,45 @@ def test_cached_launch_matches_tritons_choice(device, reference, monkeypatch):
 
 @pytest.mark.gpu
 def test_triton_launch_switch_bypasses_the_cache(device, reference, monkeypatch):
-    monkeypatch.setenv(launch_mod.TRITON_LAUNCH_ENV, "1")
+    monkeypatch.setattr(launch_mod, "TRITON_LAUNCH", True)
     launch_mod.clear_cache()
     inputs = make_batch_inputs(Batch([(2, 30)], 60, 1), device)
+    args = [inputs[k] for k in ARGS]
+    out, lse = main.mla_paged_prefill(*args)
+    assert not launch_mod._CACHE
+    ref_out, ref_lse = reference(*args)
+    assert_close("output", out, ref_out)
+    assert_close("lse", lse, ref_lse)
+
+
+@pytest.mark.gpu
+def test_launch_hooks_still_called(device):
+    """A profiler's launch hook (Triton's ``knobs.runtime.launch_enter_hook``) sees every launch:
+    with a hook installed, launches go through Triton, which calls it."""
+    from triton import knobs
+
+    inputs = make_batch_inputs(Batch([(2, 30)], 60, 1), device)
+    args = [inputs[k] for k in ARGS]
+    main.mla_paged_prefill(*args)  # cached
+    names = []
+
+    def hook(metadata):
+        names.append(metadata.get()["name"])
+
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        main.mla_paged_prefill(*args)
+        torch.cuda.synchronize()
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    assert names == ["_mla_prefill_kernel"]
+
+
+@pytest.mark.cpu_only
+def test_interpreter_launches_through_triton(device, reference):
+    """Under ``TRITON_INTERPRET=1`` the kernels are ``InterpretedFunction``s: nothing is cached."""
+    launch_mod.clear_cache()
+    inputs = make_batch_inputs(Batch([(2, 9)], 20, 1), device)
     args = [inputs[k] for k in ARGS]
     out, lse = main.mla_paged_prefill(*args)
     assert not launch_mod._CACHE

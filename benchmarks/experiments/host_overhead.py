@@ -6,7 +6,7 @@ to ~110 us (pooled split + combine) more host time than FlashInfer's wrapper (``
 
 Per workload: microseconds of host time per call, each part called ``N`` times back to back
 without a sync (the GPU work is queued, never waited for), for our full call (and again with
-every launch through Triton's ``JITFunction.run``: ``MLA_PREFILL_TRITON_LAUNCH=1``), FlashInfer's
+every launch through Triton's ``JITFunction.run``, alternated, medians of 7 rounds), FlashInfer's
 ``run``, our input checks, the config choice, one empty Triton launch with as many arguments as
 our kernel takes, and the tensor allocations of a split; then a cProfile of our full call (top
 functions by own time). Host-side only: says nothing about GPU time.
@@ -15,8 +15,8 @@ functions by own time). Host-side only: says nothing about GPU time.
 import cProfile
 import io
 import json
-import os
 import pstats
+import statistics
 import sys
 import time
 
@@ -26,8 +26,8 @@ import triton.language as tl
 
 from mla_prefill.bench import flashinfer_planned, make_inputs, ours
 from mla_prefill.io import INPUTS, load_index_tensors, load_workloads, repo_root
+from mla_prefill.kernel import launch as launch_mod
 from mla_prefill.kernel import main as km
-from mla_prefill.kernel.launch import TRITON_LAUNCH_ENV
 from mla_prefill.kernel.validate import check_inputs
 
 N = 300
@@ -50,13 +50,20 @@ def per_call_us(fn, n=N):
     return round((t1 - t0) / n * 1e6, 2)
 
 
-def triton_launch_us(fn):
-    """Our call with the cached launcher switched off (every launch through ``JITFunction.run``)."""
-    os.environ[TRITON_LAUNCH_ENV] = "1"
+def alternating_us(fn, rounds=7):
+    """Median host us per call of our call with the cached launcher, then with every launch
+    through ``JITFunction.run`` (``launch.TRITON_LAUNCH``), alternated over ``rounds`` rounds so
+    that drifts of the host's speed hit both alike."""
+    cached, plain = [], []
     try:
-        return per_call_us(fn)
+        for _ in range(rounds):
+            launch_mod.TRITON_LAUNCH = False
+            cached.append(per_call_us(fn))
+            launch_mod.TRITON_LAUNCH = True
+            plain.append(per_call_us(fn))
     finally:
-        del os.environ[TRITON_LAUNCH_ENV]
+        launch_mod.TRITON_LAUNCH = False
+    return statistics.median(cached), statistics.median(plain)
 
 
 def profile(fn, n=N, top=18):
@@ -92,8 +99,8 @@ def main(out_path, prefixes):
             "uuid": w["uuid"],
             "total_q": total_q,
             "config": repr(cfg),
-            "ours_us": per_call_us(ours(inputs, out, lse)),
-            "ours_triton_launch_us": triton_launch_us(ours(inputs, out, lse)),
+            "ours_us": None,  # below, alternated with the Triton launch
+            "ours_triton_launch_us": None,
             "flashinfer_us": per_call_us(fi),
             "check_inputs_us": per_call_us(lambda: check_inputs(*args[:7], out, lse)),
             "default_config_us": per_call_us(lambda: km.default_config(*shape)),
@@ -103,6 +110,7 @@ def main(out_path, prefixes):
             ),
             "partials_alloc_us": per_call_us(lambda: km._partials((6 * total_q,), args[0].device)),
         }
+        row["ours_us"], row["ours_triton_launch_us"] = alternating_us(ours(inputs, out, lse))
         row["profile"] = profile(ours(inputs, out, lse))
         print(json.dumps({k: v for k, v in row.items() if k != "profile"}), flush=True)
         print(row["profile"], flush=True)

@@ -12,8 +12,10 @@ the one Triton would pick: per ``int``, whether 16 divides it (Triton: ``i32``, 
 not) or, for 0, 1, negatives and values outside int32 (``constexpr 1``, ``i64``), the value itself
 (in a 1-tuple, so it never equals a flag); per tensor, its dtype and whether 16 divides its
 address (Triton: the same); a ``float`` is ``fp32`` whatever its value. So a call site has a few
-classes, not one per shape: the cache stays small (and is cleared past ``MAX_ENTRIES``). Any other argument type, launch hooks (profilers), pre-run hooks, another
-Triton version or ``MLA_PREFILL_TRITON_LAUNCH=1`` send every call through Triton, as does the
+classes, not one per shape: the cache stays small (and is cleared past ``MAX_ENTRIES``).
+
+Any other argument type, launch hooks (profilers), pre-run hooks, another Triton version or
+``MLA_PREFILL_TRITON_LAUNCH=1`` (read at import) send every call through Triton, as does the
 interpreter. No pointer or value of a call is cached: the arguments are passed afresh each time.
 """
 
@@ -24,15 +26,25 @@ import torch
 import triton
 
 TRITON_LAUNCH_ENV = "MLA_PREFILL_TRITON_LAUNCH"
+# read once (as Triton reads TRITON_INTERPRET once, at decoration); tests set the attribute
+TRITON_LAUNCH = os.environ.get(TRITON_LAUNCH_ENV, "0") == "1"
 _SUPPORTED = triton.__version__.startswith("3.6.")
 _INT32_MAX = 0x7FFFFFFF
 _Tensor = torch.Tensor
 
 try:  # the same device / stream queries as ``JITFunction.run``
     from triton import knobs
+    from triton.knobs import HookChain
     from triton.runtime.driver import driver as _driver
+    from triton.runtime.jit import JITFunction
 except ImportError:  # pragma: no cover - another Triton: always the plain launch
     _SUPPORTED = False
+
+
+def _idle(hook) -> bool:
+    """No launch hook to call: Triton 3.6 keeps an empty ``HookChain`` there, which its own
+    launcher calls (a no-op) on every launch; a profiler adds to it or replaces it."""
+    return hook is None or (type(hook) is HookChain and not hook.calls)
 
 
 def arg_class(args: Tuple[Any, ...]) -> Tuple[Any, ...]:
@@ -98,10 +110,11 @@ def launch(
     """
     if (
         not _SUPPORTED
-        or knobs.runtime.launch_enter_hook is not None
-        or knobs.runtime.launch_exit_hook is not None
-        or getattr(fn, "pre_run_hooks", True)  # [] on a JITFunction; the interpreter has none
-        or os.environ.get(TRITON_LAUNCH_ENV, "0") == "1"
+        or not _idle(knobs.runtime.launch_enter_hook)
+        or not _idle(knobs.runtime.launch_exit_hook)
+        or not isinstance(fn, JITFunction)  # the interpreter's InterpretedFunction is not one
+        or fn.pre_run_hooks
+        or TRITON_LAUNCH
     ):
         _plain(fn, grid, args, consts, options)
         return
