@@ -111,7 +111,7 @@ MAIN = [
     (r"(total_q, batch, scale \* LOG2E, num_pieces)\)", r"\1, _DBG[0])"),
     (r"\(\*args, num_kv\)", r"(*args, num_kv, _DBG[0])"),
     (
-        r"(output.stride\(0\), output.stride\(1\), lse.stride\(0\), lse.stride\(1\))\)",
+        r"(so\[0\], so\[1\], sl\[0\], sl\[1\])\)",
         r"\1, _DBG[1])",
     ),
 ]

@@ -54,10 +54,15 @@ def gluon_available() -> bool:
 
 
 def default_config(
-    total_q: int, batch: int, num_kv_indices: int, device: torch.device
+    total_q: int,
+    batch: int,
+    num_kv_indices: int,
+    device: torch.device,
+    interpret: Optional[bool] = None,
 ) -> KernelConfig:
     """The launch configuration ``mla_paged_prefill`` picks for these shapes on ``device``."""
-    interpret = is_interpreter()
+    if interpret is None:
+        interpret = is_interpreter()
     on_gpu = not interpret and device.type == "cuda"
     index = device.index or 0
     return choose_config(
@@ -70,12 +75,24 @@ def default_config(
     )
 
 
-def _partials(lead: Tuple[int, ...], device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
-    """fp32 split partials: normalised outputs ``[*lead, 16, 512]`` and base-2 lse ``[*lead, 16]``."""
+def _partials(
+    lead: Tuple[int, ...], device: torch.device, table: int = 0
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """fp32 split partials: normalised outputs ``[*lead, 16, 512]``, base-2 lse ``[*lead, 16]``
+    and an int32 ``[table]``, carved from one allocation (one allocator call, not three)."""
+    rows = math.prod(lead) * NUM_QO_HEADS
+    buf = torch.empty(rows * (HEAD_DIM_CKV + 1) + table, dtype=torch.float32, device=device)
+    n_o = rows * HEAD_DIM_CKV
     return (
-        torch.empty((*lead, NUM_QO_HEADS, HEAD_DIM_CKV), dtype=torch.float32, device=device),
-        torch.empty((*lead, NUM_QO_HEADS), dtype=torch.float32, device=device),
+        buf[:n_o].view(*lead, NUM_QO_HEADS, HEAD_DIM_CKV),
+        buf[n_o : n_o + rows].view(*lead, NUM_QO_HEADS),
+        buf[n_o + rows :].view(torch.int32),
     )
+
+
+def _pow2_at_least(n: int) -> int:
+    """The smallest power of two >= ``n`` (``triton.next_power_of_2`` without its host cost)."""
+    return 1 << max(n - 1, 0).bit_length()
 
 
 def _launch_combine(part_o, part_lse, table, output, lse, num_splits, pooled, pdl):
@@ -86,12 +103,13 @@ def _launch_combine(part_o, part_lse, table, output, lse, num_splits, pooled, pd
     thread of 4 warps.
     """
     total_q = output.shape[0]
-    block_s = 16 if pooled else triton.next_power_of_2(num_splits)
+    block_s = 16 if pooled else _pow2_at_least(num_splits)
     block_d = min(HEAD_DIM_CKV, 8192 // block_s)
+    so, sl = output.stride(), lse.stride()
     launch(
         _combine_kernel, (total_q * NUM_QO_HEADS, HEAD_DIM_CKV // block_d),
         (part_o, part_lse, part_lse if table is None else table, output, lse, num_splits, total_q,
-         output.stride(0), output.stride(1), lse.stride(0), lse.stride(1)),
+         so[0], so[1], sl[0], sl[1]),
         dict(NUM_HEADS=NUM_QO_HEADS, HEAD_CKV=HEAD_DIM_CKV, BLOCK_D=block_d, BLOCK_S=block_s,
              POOLED=pooled, USE_PDL=pdl),
         num_warps=4, launch_pdl=pdl,
@@ -155,9 +173,10 @@ def mla_paged_prefill(
     if total_q == 0:
         return output, lse
 
-    cc = (0, 0) if interpret else _compute_capability(q_nope.device.index or 0)
+    dev = q_nope.device
+    cc = (0, 0) if interpret else _compute_capability(dev.index or 0)
     if config is None:
-        config = default_config(total_q, batch, num_kv, q_nope.device)
+        config = default_config(total_q, batch, num_kv, dev, interpret)
 
     bad = config.problems()
     if config.kernel == "gluon" and interpret:
@@ -177,47 +196,43 @@ def mla_paged_prefill(
     if bad:
         raise ValueError("config: " + "; ".join(bad))
     # every gathered element's offset (page * stride + column) fits int32: cheaper addresses
-    offs32 = max(num_pages * ckv_cache.stride(0), num_pages * kpe_cache.stride(0)) < 2**31
+    sq, sp = q_nope.stride(), q_pe.stride()
+    s_ckv, s_kpe = ckv_cache.stride(0), kpe_cache.stride(0)
+    offs32 = max(num_pages * s_ckv, num_pages * s_kpe) < 2**31
     guess32 = total_q * batch < 2**31
     # programmatic dependent launch (sm_90+): the combine's launch overlaps the split kernel's end
     pdl = cc[0] >= 9
-    dev = q_nope.device
     if pooled:
         num_pieces = config.num_splits * total_q  # pieces in all (about; + one tail per token)
         slots = num_pieces + total_q
-        part_o, part_lse = _partials((slots,), dev)
-        table = torch.empty((2 * total_q,), dtype=torch.int32, device=dev)
+        part_o, part_lse, table = _partials((slots,), dev, table=2 * total_q)
         launch(
             _mla_pooled_split_kernel, (slots,),
             (q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices,
-             part_o, part_lse, table,
-             q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
-             ckv_cache.stride(0), kpe_cache.stride(0),
+             part_o, part_lse, table, sq[0], sq[1], sp[0], sp[1], s_ckv, s_kpe,
              total_q, batch, scale * LOG2E, num_pieces),
             dict(NUM_HEADS=NUM_QO_HEADS, HEAD_CKV=HEAD_DIM_CKV, HEAD_KPE=HEAD_DIM_KPE,
                  BLOCK_N=config.block_n, MIN_CHUNK=config.min_chunk,
-                 BLOCK_TQ=max(16, triton.next_power_of_2(total_q)), OFFS32=offs32,
+                 BLOCK_TQ=max(16, _pow2_at_least(total_q)), OFFS32=offs32,
                  GUESS32=guess32, INTERPRET=interpret, USE_PDL=pdl),
             num_warps=config.num_warps, num_stages=config.num_stages,
         )  # fmt: skip
         _launch_combine(part_o, part_lse, table, output, lse, 0, True, pdl)
         return output, lse
     if split:
-        part_o, part_lse = _partials((config.num_splits, total_q), dev)
+        part_o, part_lse, _ = _partials((config.num_splits, total_q), dev)
         dst_o, dst_lse = part_o, part_lse
         stride_o_s, stride_l_s = part_o.stride(0), part_lse.stride(0)
     else:
         dst_o, dst_lse = output, lse
         stride_o_s = stride_l_s = 0
 
-    grid = (triton.cdiv(total_q, config.block_t), config.num_splits)
+    grid = (-(-total_q // config.block_t), config.num_splits)
+    so, sl = dst_o.stride(), dst_lse.stride()
     args = (
         q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices,
-        dst_o, dst_lse,
-        q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
-        ckv_cache.stride(0), kpe_cache.stride(0),
-        stride_o_s, dst_o.stride(-3), dst_o.stride(-2),
-        stride_l_s, dst_lse.stride(-2), dst_lse.stride(-1),
+        dst_o, dst_lse, sq[0], sq[1], sp[0], sp[1], s_ckv, s_kpe,
+        stride_o_s, so[-3], so[-2], stride_l_s, sl[-2], sl[-1],
         total_q, batch, scale * LOG2E,
     )  # fmt: skip
     consts = dict(
