@@ -101,17 +101,22 @@ def test_cached_launch_matches_tritons_choice(device, reference, monkeypatch):
     }
 
 
-@pytest.mark.gpu
-def test_triton_launch_switch_bypasses_the_cache(device, reference, monkeypatch):
-    monkeypatch.setattr(launch_mod, "TRITON_LAUNCH", True)
+def assert_uncached_and_correct(device, reference, lengths, num_pages):
+    """One call from an empty cache: correct against the reference, and nothing cached."""
     launch_mod.clear_cache()
-    inputs = make_batch_inputs(Batch([(2, 30)], 60, 1), device)
+    inputs = make_batch_inputs(Batch(lengths, num_pages, 1), device)
     args = [inputs[k] for k in ARGS]
     out, lse = main.mla_paged_prefill(*args)
     assert not launch_mod._CACHE
     ref_out, ref_lse = reference(*args)
     assert_close("output", out, ref_out)
     assert_close("lse", lse, ref_lse)
+
+
+@pytest.mark.gpu
+def test_triton_launch_switch_bypasses_the_cache(device, reference, monkeypatch):
+    monkeypatch.setattr(launch_mod, "TRITON_LAUNCH", True)
+    assert_uncached_and_correct(device, reference, [(2, 30)], 60)
 
 
 @pytest.mark.gpu
@@ -140,11 +145,4 @@ def test_launch_hooks_still_called(device):
 @pytest.mark.cpu_only
 def test_interpreter_launches_through_triton(device, reference):
     """Under ``TRITON_INTERPRET=1`` the kernels are ``InterpretedFunction``s: nothing is cached."""
-    launch_mod.clear_cache()
-    inputs = make_batch_inputs(Batch([(2, 9)], 20, 1), device)
-    args = [inputs[k] for k in ARGS]
-    out, lse = main.mla_paged_prefill(*args)
-    assert not launch_mod._CACHE
-    ref_out, ref_lse = reference(*args)
-    assert_close("output", out, ref_out)
-    assert_close("lse", lse, ref_lse)
+    assert_uncached_and_correct(device, reference, [(2, 9)], 20)
