@@ -233,6 +233,41 @@ def test_dps_entry_point_signature(device, reference):
     assert_close("lse", lse, ref_lse)
 
 
+@pytest.mark.gpu
+def test_launches_on_the_inputs_device_not_the_current_one(device, reference, monkeypatch):
+    """Triton launches on the current device; the call makes the inputs' device current for its
+    launches and restores the previous one. One GPU here, so another current index is faked."""
+    inputs = make_batch_inputs(Batch([(3, 20), (1, 9)], 60, 4), device)
+    args = [inputs[k] for k in ARGS]
+    out = torch.full((4, 16, 512), float("nan"), dtype=torch.bfloat16, device=device)
+    lse = torch.full((4, 16), float("nan"), dtype=torch.float32, device=device)
+    mla_paged_prefill(*args, out, lse)  # compiled and Triton's driver set up before faking
+    out.fill_(float("nan"))
+    lse.fill_(float("nan"))
+    current, entered = [5], []  # index 5: any device that is not the inputs'
+
+    class Switch:
+        def __init__(self, dev):
+            self.index = torch.device(dev).index
+
+        def __enter__(self):
+            entered.append(self.index)
+            current.append(self.index)
+
+        def __exit__(self, *exc):
+            current.pop()
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: current[-1])
+    monkeypatch.setattr(torch.cuda, "device", Switch)
+    mla_paged_prefill(*args, out, lse)
+    monkeypatch.undo()
+    torch.cuda.synchronize()
+    assert entered == [inputs["q_nope"].device.index] and current == [5]
+    ref_out, ref_lse = reference(*args)
+    assert_close("output", out, ref_out)
+    assert_close("lse", lse, ref_lse)
+
+
 @pytest.mark.parametrize("gluon_api", [True, False])
 def test_default_config_on_hopper_needs_the_gluon_api(gluon_api, monkeypatch):
     """On an sm_90 device the 64-row tiles go to the Gluon kernel only when this Triton has the

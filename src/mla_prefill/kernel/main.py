@@ -147,6 +147,7 @@ def mla_paged_prefill(
     config : override the shape-derived tiles (tests pin small tiles this way).
 
     No host synchronisation happens unless ``validate`` is on, so the call can be graph-captured.
+    The kernels run on the inputs' device, whichever device is current.
 
     Example
     -------
@@ -162,6 +163,13 @@ def mla_paged_prefill(
             f"q_nope: expected CUDA tensors, got {q_nope.device}; "
             "set TRITON_INTERPRET=1 to run on the CPU through Triton's interpreter"
         )
+    if not interpret and q_nope.device.index != torch.cuda.current_device():
+        # Triton launches on the current device, not the tensors': make theirs current
+        with torch.cuda.device(q_nope.device):
+            return mla_paged_prefill(
+                q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices,
+                sm_scale, output, lse, validate=validate, config=config,
+            )  # fmt: skip
     if validation_requested(validate):
         check_index_data(qo_indptr, kv_indptr, kv_indices, total_q, num_pages)
     if output is None:
