@@ -91,13 +91,15 @@ def refill_(inputs: dict, seed: int) -> None:
         idx.copy_(idx[perm].clone())
 
 
-def ours(inputs: dict, out: torch.Tensor, lse: torch.Tensor, config=None) -> Callable[[], None]:
+def ours(
+    inputs: dict, out: torch.Tensor, lse: torch.Tensor, config=None, target=None
+) -> Callable[[], None]:
     from mla_prefill.kernel.main import mla_paged_prefill
 
     args = [inputs[k] for k in INPUTS]
 
     def call():
-        mla_paged_prefill(*args, out, lse, config=config)
+        mla_paged_prefill(*args, out, lse, config=config, target=target)
 
     return call
 
@@ -189,7 +191,9 @@ def compare(out, lse, ref_out, ref_lse, atol=1e-2, rtol=1e-2) -> dict:
     }
 
 
-def bench_workload(wl, root, dataset, contenders, iters_cap, seed, configs=None) -> dict:
+def bench_workload(
+    wl, root, dataset, contenders, iters_cap, seed, configs=None, target=None
+) -> dict:
     w = wl.workload
     index = load_index_tensors(root, w, dataset)
     lengths = sequence_lengths(index["qo_indptr"], index["kv_indptr"])
@@ -212,7 +216,7 @@ def bench_workload(wl, root, dataset, contenders, iters_cap, seed, configs=None)
             lse = torch.empty(total_q, 16, dtype=torch.float32, device="cuda")
             try:
                 fn = (
-                    ours(inputs, out, lse, cfg)
+                    ours(inputs, out, lse, cfg, target)
                     if name == "ours"
                     else flashinfer_planned(inputs, out, lse)
                 )
@@ -351,6 +355,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--iters", type=int, default=100, help="cap on timed iterations per contender")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--configs", default=None, help="extra tile configs to time, see parse_configs")
+    p.add_argument(
+        "--target",
+        default=None,
+        help="plan our tiles for this GPU of kernel/targets.py (e.g. b200) and run them here",
+    )
     p.add_argument("--dataset", default=None, help="official dataset clone whose blobs to use")
     p.add_argument("--output", default=None, help="JSON file to write (default: print only)")
 
@@ -374,7 +383,18 @@ def run_bench(args: argparse.Namespace) -> int:
         f"{'uuid':8} {'tok':>6} {'GFLOP':>8} {'ours ms':>9} {'FI ms':>9} {'x FI':>6} {'ours TF/s':>9} ok"
     )
     for wl in sorted(lines, key=lambda w: w.workload["axes"]["total_q"]):
-        row = bench_workload(wl, root, dataset, contenders, args.iters, args.seed, configs)
+        row = bench_workload(
+            wl, root, dataset, contenders, args.iters, args.seed, configs, args.target
+        )
+        if args.target:
+            from mla_prefill.kernel.main import default_config
+
+            a = wl.workload["axes"]
+            cfg = default_config(
+                a["total_q"], a["len_indptr"] - 1, a["num_kv_indices"], torch.device("cuda"),
+                target=args.target,
+            )  # fmt: skip
+            row["config"] = cfg.__dict__
         rows.append(row)
         o, f = row.get("ours", {}), row.get("flashinfer", {})
         extra = " ".join(
@@ -390,6 +410,7 @@ def run_bench(args: argparse.Namespace) -> int:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "gpu": torch.cuda.get_device_name(),
         "num_sms": torch.cuda.get_device_properties(0).multi_processor_count,
+        "tiles_planned_for": args.target or "this GPU",
         "versions": versions(),
         "command": "mla-prefill bench "
         + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),

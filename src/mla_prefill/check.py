@@ -162,22 +162,26 @@ def _check_gpu_evidence(root: Path, problems: List[Problem]) -> None:
     """The committed GPU fuzz results must describe the kernel sources as they are now."""
     from mla_prefill.fuzz import kernel_sha256
 
-    path = root / "benchmarks" / "fuzz-h200.json"
-    if not path.exists():
-        return
-    recorded = json.loads(path.read_text()).get("kernel_sha256")
     current = kernel_sha256()
-    if recorded != current:
-        problems.append(
-            Problem(
-                str(path),
-                "kernel_sha256",
-                f"recorded {str(recorded)[:12]}..., the kernel sources hash to "
-                f"{current[:12]}...: the GPU fuzz describes other code; re-run "
-                "`python -m mla_prefill.fuzz --n 1000 --output benchmarks/fuzz-h200.json` on a "
-                "GPU (scripts/gpu_check.sh) and commit it with the kernel change",
+    for name, target in (
+        ("fuzz-h200.json", ""),
+        ("fuzz-b200-configs-on-h200.json", " --target b200"),
+    ):
+        path = root / "benchmarks" / name
+        if not path.exists():
+            continue
+        recorded = json.loads(path.read_text()).get("kernel_sha256")
+        if recorded != current:
+            problems.append(
+                Problem(
+                    str(path),
+                    "kernel_sha256",
+                    f"recorded {str(recorded)[:12]}..., the kernel sources hash to "
+                    f"{current[:12]}...: the GPU fuzz describes other code; re-run "
+                    f"`python -m mla_prefill.fuzz --n 1000{target} --output benchmarks/{name}` "
+                    "on a GPU (scripts/gpu_check.sh) and commit it with the kernel change",
+                )
             )
-        )
 
 
 def check_trace_set(root: Path, dataset: Optional[Path] = None) -> List[Problem]:

@@ -84,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     from mla_prefill.bench import add_arguments as bench_arguments
     from mla_prefill.export import add_arguments as export_arguments
     from mla_prefill.export import cmd_export
+    from mla_prefill.portability import add_arguments as portability_arguments
+    from mla_prefill.portability import cmd_portability
     from mla_prefill.replay import add_arguments as run_arguments
     from mla_prefill.replay import cmd_run
     from mla_prefill.report import (
@@ -107,6 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
             "our traces beside leaderboard entries, per workload",
             add_compare_arguments,
             cmd_compare,
+        ),
+        (
+            "portability",
+            "compile every launch for each target GPU, no GPU needed (shared memory, spills)",
+            portability_arguments,
+            cmd_portability,
         ),
         (
             "export",

@@ -6,12 +6,14 @@ batches of thousands of tokens can be checked; the CPU tests pin it to the defin
 """
 
 import argparse
+import functools
 import hashlib
 import json
 import math
 import random
 import sys
 import time
+import tokenize
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, List, Optional, Tuple
@@ -129,11 +131,13 @@ def random_batch(
     return Batch(lengths, num_pages, seed, duplicate_pages=rng.random() < 0.1)
 
 
-def check_batch(batch: Batch, device: str, fn=None, atol=1e-2, rtol=1e-2) -> dict:
+def check_batch(
+    batch: Batch, device: str, fn=None, atol=1e-2, rtol=1e-2, target: Optional[str] = None
+) -> dict:
     """Run ``fn`` (default: our kernel) on poisoned outputs, compare every element with the reference."""
     from mla_prefill.kernel.main import mla_paged_prefill
 
-    fn = fn or mla_paged_prefill
+    fn = fn or functools.partial(mla_paged_prefill, target=target)
     inputs = make_batch_inputs(batch, device)
     args = [inputs[k] for k in ARGS]
     T = inputs["q_nope"].shape[0]
@@ -153,7 +157,7 @@ def check_batch(batch: Batch, device: str, fn=None, atol=1e-2, rtol=1e-2) -> dic
         "max_kv_len": max((k for _, k in batch.lengths), default=0),
         "empty_seqs": sum(1 for q, k in batch.lengths if q == 0 or k == 0),
         "duplicate_pages": batch.duplicate_pages,
-        **_launch(batch, device),
+        **_launch(batch, device, target),
         "bad_output": int(bad_o.sum()),
         "bad_lse": int(bad_l.sum()),
         "max_abs_err": float((o - r).abs().nan_to_num(float("inf")).max()) if T else 0.0,
@@ -161,7 +165,7 @@ def check_batch(batch: Batch, device: str, fn=None, atol=1e-2, rtol=1e-2) -> dic
     }
 
 
-def _launch(batch: Batch, device: str) -> dict:
+def _launch(batch: Batch, device: str, target: Optional[str] = None) -> dict:
     """The kernel, tile and KV split count our launcher picks for this batch (the path it
     exercised)."""
     from mla_prefill.kernel.main import default_config
@@ -170,7 +174,7 @@ def _launch(batch: Batch, device: str) -> dict:
     if T == 0:
         return {"kernel": "none", "num_splits": 0, "block_t": 0}
     n_kv = sum(k for _, k in batch.lengths)
-    cfg = default_config(T, len(batch.lengths), n_kv, torch.device(device))
+    cfg = default_config(T, len(batch.lengths), n_kv, torch.device(device), target=target)
     return {"kernel": cfg.kernel, "num_splits": cfg.num_splits, "block_t": cfg.block_t}
 
 
@@ -199,10 +203,16 @@ def coverage(results: List[dict]) -> dict:
 
 
 def kernel_sha256() -> str:
-    """Hash of the packed kernel sources: ties a sweep's results to the code that produced them."""
+    """Hash of the packed kernel sources' tokens: ties a sweep's results to the code that produced
+    them. Comments and blank lines are left out, so editing a comment keeps the evidence valid;
+    any change to code (docstrings included) does not."""
     h = hashlib.sha256()
     for f in sorted((Path(__file__).parent / "kernel").glob("*.py")):
-        h.update(f.name.encode() + b"\0" + f.read_bytes())
+        h.update(f.name.encode() + b"\0")
+        with open(f, "rb") as src:
+            for tok in tokenize.tokenize(src.readline):
+                if tok.type not in (tokenize.COMMENT, tokenize.NL, tokenize.ENCODING):
+                    h.update(tok.string.encode() + b"\0")
     return h.hexdigest()
 
 
@@ -234,6 +244,7 @@ def sweep(
     checkpoint: Optional[Callable[[dict], None]] = None,
     every: int = 25,
     seconds_before: float = 0.0,
+    target: Optional[str] = None,
 ) -> dict:
     """``n`` seeded random batches; the first ``len(done)`` are taken from an earlier, interrupted
     run (their shapes are still drawn, so the rest are the same batches as in one go)."""
@@ -250,7 +261,7 @@ def sweep(
                 )
             results.append(done[i])
             continue
-        res = check_batch(batch, device)
+        res = check_batch(batch, device, target=target)
         res["seed"] = batch.seed
         if not res["ok"]:
             res["batch"] = asdict(batch)
@@ -269,6 +280,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--max-q", type=int, default=8192)
     p.add_argument("--max-prefix", type=int, default=16384)
     p.add_argument("--output", default=None, help="JSON results, rewritten every 25 batches")
+    p.add_argument(
+        "--target",
+        default=None,
+        help="plan the tiles for this GPU of kernel/targets.py (e.g. b200) and run them here",
+    )
     p.add_argument(
         "--resume",
         action="store_true",
@@ -290,6 +306,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             ("limits", limits),
             ("kernel_sha256", kernel_sha256()),
             ("gpu", gpu),
+            ("tiles_planned_for", a.target or gpu),
         ):
             if prev.get(key) != want:
                 p.error(f"--resume: {out} has {key} = {prev.get(key)!r}, this run {want!r}")
@@ -297,7 +314,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         commands = prev.get("commands", [])
 
     def finish(doc: dict) -> dict:
-        doc.update(commands=commands + [command], gpu=gpu)
+        doc.update(commands=commands + [command], gpu=gpu, tiles_planned_for=a.target or gpu)
         return doc
 
     def checkpoint(doc: dict) -> None:
@@ -316,6 +333,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             checkpoint,
             25,
             seconds_before,
+            a.target,
         )
     )
     print(json.dumps({k: v for k, v in res.items() if k != "results"}))

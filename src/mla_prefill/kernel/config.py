@@ -5,10 +5,11 @@ configuration costs no host/device synchronisation and the call stays capturable
 """
 
 from dataclasses import dataclass
+from typing import Tuple
 
-from .validate import HEAD_DIM_CKV, NUM_QO_HEADS
+from .targets import DEFAULT_TARGET, Target
+from .validate import HEAD_DIM_CKV, HEAD_DIM_KPE, NUM_QO_HEADS
 
-NUM_SMS_HOPPER = 132
 PARTIAL_BYTES_CAP = 256 << 20  # fp32 partial outputs of a split launch stay under this
 MAX_SPLITS = 64  # the combine reads every per-tile split of a row in one load
 MAX_POOLED_TOKENS = 1024  # a pooled split sizes every token's range in one vector per program
@@ -20,6 +21,34 @@ def pools_ranges(block_t: int, kernel: str) -> bool:
     """Whether a KV split of these tiles pools the ranges of all tokens into equal pieces
     (``_mla_pooled_split_kernel``): 1-token tiles of the Triton kernel. Other tiles split per tile."""
     return block_t == 1 and kernel == "triton"
+
+
+def shared_estimate(block_t: int, block_n: int, num_stages: int, capability: int) -> int:
+    """An upper bound on the shared memory (bytes) Triton gives ``_mla_prefill_kernel`` or
+    ``_mla_pooled_split_kernel`` with these tiles on ``capability``: the gathered K/V rows
+    (``[block_n, 576]`` bf16) per buffer, the query tile and the ``P`` tile.
+
+    Compiled figures it bounds (``mla-prefill portability`` checks every chosen launch): Triton
+    3.6's pipeliner keeps the query tile and ``num_stages - 1`` gather buffers for ``mma.sync``
+    tiles (16/32 rows, and every tile below sm_90), Triton 3.9's ``num_stages`` gather buffers
+    (1-token tiles at 64-key steps, 2 stages: 94,208 B under 3.6, 149,504 under 3.9); 64-row
+    ``wgmma`` tiles on sm_90 keep ``num_stages`` (221,440 B at 4, 64, 2); 64-row ``tcgen05`` tiles on sm_100 twice that (the rows feed
+    two MMAs: 353,280 B at 4, 64, 2). One stage is not pipelined and converts layouts through
+    shared memory (bounded as two buffers).
+    """
+    block_m = block_t * NUM_QO_HEADS
+    row = (HEAD_DIM_CKV + HEAD_DIM_KPE) * 2
+    p_tile = block_m * block_n * 2
+    if num_stages <= 1:
+        return 2 * block_n * row + block_m * row + p_tile
+    if block_m >= 64 and capability >= 90:
+        bufs = 2 * num_stages if capability >= 100 else num_stages
+        return bufs * block_n * row + block_m * row + p_tile
+    # mma.sync: Triton 3.6 stages the query tile and num_stages - 1 gathers, 3.9 num_stages
+    # gathers and no query tile
+    return (
+        max((num_stages - 1) * block_n * row + block_m * row, num_stages * block_n * row) + p_tile
+    )
 
 
 @dataclass(frozen=True)
@@ -85,79 +114,104 @@ class KernelConfig:
         return out
 
 
+def _fit(block_t: int, block_n: int, num_stages: int, target: Target) -> Tuple[int, int]:
+    """(block_n, num_stages) of the Triton kernel's tile that fits ``target``'s shared memory:
+    fewer stages first (down to 2), then shorter KV steps (down to 16)."""
+    while shared_estimate(block_t, block_n, num_stages, target.capability) > target.max_shared:
+        if num_stages > 2:
+            num_stages -= 1
+        elif block_n > 16:
+            block_n //= 2
+        else:
+            raise ValueError(
+                f"no tile of the Triton kernel fits {target.gpu} ({target.max_shared} bytes of "
+                f"shared memory per block; {block_t}-token tiles need "
+                f"{shared_estimate(block_t, 16, 2, target.capability)})"
+            )
+    return block_n, num_stages
+
+
 def choose_config(
     total_q: int,
     batch: int,
     num_kv_indices: int,
-    num_sms: int = NUM_SMS_HOPPER,
+    target: Target = DEFAULT_TARGET,
     interpret: bool = False,
-    hopper: bool = False,
+    gluon_api: bool = True,
 ) -> KernelConfig:
-    """Pick tiles from shapes alone.
+    """Pick tiles from shapes and the target GPU's facts (SM count, capability, shared memory).
 
-    - Up to two and a half waves of single-token programs (``total_q <= 2.5 * num_sms``; on
-      Hopper ``1.25 * num_sms``, where the Gluon kernel beats them from 199 tokens up): one
-      token per tile (16 rows) and 32-position KV steps (16 when sequences average <= 16
-      positions), 3 pipeline stages (two gathers in flight): more programs in flight, no MMA rows
-      spent on a neighbour sequence's query, and short dependent-load chains. Measured on H200
-      (benchmarks/NOTES.md, session 3): 138-287 tokens run 1.05-1.7x faster this way than on
-      64-row tiles, 376 and 473 tokens 0.98x / 0.93x, hence the bound. A single sequence
-      averaging <= 16 positions takes 2 stages (session 5). Within one wave (split or not),
-      a tile's time is mostly its instruction stream, so 8 warps share it, with one 32-position
-      step for short ranges and 64-position steps otherwise: 0.3-3.6 us less on 7-21 us
-      workloads (session 6), and 7% less on a split decode batch (session 8).
-    - Otherwise 4 tokens (64 rows): the widest tile whose fp32 ``[64, 512]`` accumulator fits the
-      register file of two warpgroups. On Hopper (``hopper``, never under the interpreter) these
-      tiles run the warp-specialised Gluon kernel (64-key blocks): 1.27-1.88x the Triton
-      kernel's speed on every workload from 199 tokens up (benchmarks/NOTES.md, session 4).
+    - Up to two and a half waves of single-token programs (``total_q <= 2.5 * num_sms``; with
+      the Gluon kernel ``1.25 * num_sms``, where it beats them from 199 tokens up): one token per
+      tile (16 rows) and 32-position KV steps (16 when sequences average <= 16 positions), 3
+      pipeline stages (two gathers in flight): more programs in flight, no MMA rows spent on a
+      neighbour sequence's query, and short dependent-load chains. Measured on the H200
+      (``docs/design.md``): 138-287 tokens run 1.05-1.7x faster this way than on 64-row tiles,
+      376 and 473 tokens 0.98x / 0.93x, hence the bound. A single sequence averaging <= 16
+      positions takes 2 stages and 4 warps. Within one wave (split or not), a tile's time is mostly its
+      instruction stream, so 8 warps share it, with one 32-position step for short ranges and
+      64-position steps otherwise (0.3-3.6 us less on 7-21 us workloads, 7% on a split decode
+      batch). Past one wave they take 8 warps too: at 4, 32-key steps over 3 stages spill
+      (24-56 B on sm_90 and sm_100, depending on how Triton specialises the call).
+    - Otherwise the Gluon kernel's 64-row tiles where it runs (sm_90 with Triton 3.6's Gluon
+      API, never under the interpreter: 1.27-1.88x the Triton kernel from 199 tokens up), else
+      the Triton kernel's tile for the target (``_wide_tile``).
     - When the query tiles leave SMs idle, sequences average >= 256 KV positions and the prefix
       dominates (at least as many KV positions as queries again), the KV is split, no piece
       shorter than ``DEFAULT_MIN_CHUNK``: 1-token tiles pool their ranges into about one wave
-      of equal pieces (``num_splits * total_q``, 3 stages), larger tiles cut every tile's range
-      over about two waves of programs (``num_splits`` per tile); the split count is bounded so
-      the fp32 partial outputs stay under ``PARTIAL_BYTES_CAP``.
+      of equal pieces (``num_splits * total_q``, 3 stages where they fit), larger tiles cut
+      every tile's range over about two waves of programs (``num_splits`` per tile); the split
+      count is bounded so the fp32 partial outputs stay under ``PARTIAL_BYTES_CAP``.
     """
     if total_q <= 0:
         raise ValueError(f"choose_config: total_q must be > 0, got {total_q}")
     batch = max(batch, 1)
+    num_sms = target.num_sms
     avg_kv = num_kv_indices / batch
-    gluon = hopper and not interpret
+    gluon = gluon_api and target.capability == 90 and not interpret
     # the prefix dominates: a tile's KV range is split when the tiles leave SMs idle (below)
     long_prefix = avg_kv >= 256 and num_kv_indices >= 2 * total_q
     # 16-row tiles up to 2.5 waves, or 1.25 where the Gluon kernel takes the 64-row ones
     if (4 if gluon else 2) * total_q <= 5 * num_sms:
         # 16-position steps when sequences are that short (half the gather and MMA of a step)
-        block_t, block_n, num_warps, num_stages = 1, 16 if avg_kv <= 16 else 32, 4, 3
+        block_t, block_n, num_warps, num_stages = 1, 16 if avg_kv <= 16 else 32, 8, 3
         if batch == 1 and avg_kv <= 16:
-            num_stages = 2  # one or two steps: a third buffer only lengthens the prologue
+            # one or two steps: a third buffer only lengthens the prologue; 4 warps
+            num_warps, num_stages = 4, 2
         elif total_q <= num_sms:
             # one wave: a tile's time is its instruction stream (address math of the gather,
             # MMA fragments), so 8 warps share it; one 32-key step for short ranges (ranges of
             # several sequences average <= 17 keys), else 64-key steps (2 stages: measured faster
-            # than 1 even on one-step ranges, session 7). Split decode batches too (session 8:
-            # 33.8 us against 36.2 for 4 warps / 32-key steps on ed999c80); their pooled pieces
-            # then take 3 stages (below)
+            # than 1 even on one-step ranges). Split decode batches too (33.8 us against 36.2
+            # for 4 warps / 32-key steps on ed999c80); their pooled pieces then take 3 stages
             num_warps = 8
             if avg_kv <= (32 if batch == 1 else 17):
                 block_n, num_stages = 32, 2
             else:
                 block_n, num_stages = 64, 2
+    elif gluon:
+        block_t, block_n, num_warps, num_stages = 4, 64, 4, 2  # warps of the default partition
     else:
-        block_t, block_n, num_warps, num_stages = 4, 64, 8, 2
+        # 2-token (32-row) tiles: a 64-row tl.dot spills on every GPU (``docs/design.md``)
+        block_t, block_n, num_warps, num_stages = 2, 32, 8, 4
     kernel = "gluon" if gluon and block_t == 4 else "triton"
-    if kernel == "gluon":
-        num_warps = 4  # the default partition; the loader warpgroup is added by warp_specialize
+    if kernel == "triton":
+        block_n, num_stages = _fit(block_t, block_n, num_stages, target)
     if interpret:
         block_n = 16  # the interpreter ignores warps/stages; small steps exercise the loop bounds
     num_tiles = -(-total_q // block_t)
     num_splits = 1
     if num_tiles < num_sms and long_prefix:
         # pooled pieces (1-token tiles, Triton kernel) are all alike: about one wave of them,
-        # with the gathers double-buffered (ed999c80: 23.5 us against 25.4 at 2 stages, 26.6 at
-        # two waves of 128-key pieces; session 9). Per-tile splits: about two waves
+        # with the gathers double-buffered where 3 stages fit (ed999c80: 23.5 us against 25.4
+        # at 2 stages, 26.6 at two waves of 128-key pieces). Per-tile splits: about two waves
         pooled = pools_ranges(block_t, kernel)
-        if pooled and hopper:
-            num_stages = 3  # 168 KB of shared memory at 64-key steps: more than an A100 has
+        if (
+            pooled
+            and target.capability < 100  # sm_100 spills 24 B at 3 stages
+            and shared_estimate(1, block_n, 3, target.capability) <= target.max_shared
+        ):
+            num_stages = 3  # 167,936 B at 64-key steps: more than an A100 has
         num_splits = -(-(1 if pooled else 2) * num_sms // num_tiles)
         num_splits = min(num_splits, -(-num_kv_indices // DEFAULT_MIN_CHUNK))
         max_splits = max(1, PARTIAL_BYTES_CAP // (total_q * NUM_QO_HEADS * HEAD_DIM_CKV * 4))
