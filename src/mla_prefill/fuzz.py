@@ -8,6 +8,7 @@ batches of thousands of tokens can be checked; the CPU tests pin it to the defin
 import argparse
 import functools
 import hashlib
+import io
 import json
 import math
 import random
@@ -203,16 +204,20 @@ def coverage(results: List[dict]) -> dict:
 
 
 def kernel_sha256() -> str:
-    """Hash of the packed kernel sources' tokens: ties a sweep's results to the code that produced
-    them. Comments and blank lines are left out, so editing a comment keeps the evidence valid;
-    any change to code (docstrings included) does not."""
+    """Hash of the packed kernel sources without their comments and blank lines: ties a sweep's
+    results to the code that produced them, and editing a comment keeps the evidence valid (any
+    change to code, docstrings included, does not). Comments are found by Python's tokenizer and
+    cut from the text, so the hash is the same on every Python version."""
     h = hashlib.sha256()
     for f in sorted((Path(__file__).parent / "kernel").glob("*.py")):
-        h.update(f.name.encode() + b"\0")
-        with open(f, "rb") as src:
-            for tok in tokenize.tokenize(src.readline):
-                if tok.type not in (tokenize.COMMENT, tokenize.NL, tokenize.ENCODING):
-                    h.update(tok.string.encode() + b"\0")
+        text = f.read_text()
+        lines = text.splitlines()
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type == tokenize.COMMENT:
+                row, col = tok.start
+                lines[row - 1] = lines[row - 1][:col]
+        code = "\n".join(line.rstrip() for line in lines if line.strip())
+        h.update(f.name.encode() + b"\0" + code.encode() + b"\0")
     return h.hexdigest()
 
 
