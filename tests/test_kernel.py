@@ -1,6 +1,8 @@
 """The kernel against the definition's reference: small workloads, edge cases, random batches."""
 
+import dataclasses
 import random
+import types
 
 import pytest
 import torch
@@ -10,8 +12,14 @@ from hypothesis import strategies as st
 from mla_prefill.blobs import SMALL_CASES
 from mla_prefill.fuzz import ARGS, Batch, check_batch, make_batch_inputs, reference_fast
 from mla_prefill.kernel import main
-from mla_prefill.kernel.config import MAX_POOLED_TOKENS, KernelConfig, choose_config
+from mla_prefill.kernel.config import (
+    MAX_POOLED_TOKENS,
+    KernelConfig,
+    choose_config,
+    shared_estimate,
+)
 from mla_prefill.kernel.main import mla_paged_prefill, run
+from mla_prefill.kernel.targets import TARGETS
 
 # tolerance of flashinfer-bench's evaluator; outputs are bf16 (8 bits of mantissa: 2 ulp ~ 1.6e-2 rel)
 ATOL = RTOL = 1e-2
@@ -275,56 +283,122 @@ def test_default_config_on_hopper_needs_the_gluon_api(gluon_api, monkeypatch):
     from mla_prefill.kernel import main
 
     monkeypatch.setattr(main, "is_interpreter", lambda: False)
-    monkeypatch.setattr(main, "_compute_capability", lambda index: (9, 0))
-    monkeypatch.setattr(main, "_num_sms", lambda index: 132)
+    monkeypatch.setattr(main, "device_target", lambda index: TARGETS["h200"])
     monkeypatch.setattr(main, "gluon_available", lambda: gluon_api)
     cfg = main.default_config(16384, 1, 16387, torch.device("cuda", 0))
-    assert cfg.kernel == ("gluon" if gluon_api else "triton") and cfg.block_t == 4
-    assert main.default_config(16384, 1, 16387, torch.device("cpu")).kernel == "triton"
+    assert cfg.kernel == ("gluon" if gluon_api else "triton")
+    assert cfg.block_t == (4 if gluon_api else 2)
+    # a target override plans another GPU's tiles on this one
+    b200 = main.default_config(16384, 1, 16387, torch.device("cuda", 0), target="b200")
+    assert (b200.kernel, b200.block_t) == ("triton", 2)
+
+
+H200, B200, A100, GENERIC = (TARGETS[n] for n in ("h200", "b200", "a100", "generic"))
 
 
 def test_choose_config_from_shapes_only():
     assert choose_config(1, 1, 34).block_t == 1
 
-    def knobs(*shape):
-        c = choose_config(*shape)
+    def knobs(*shape, target=H200):
+        c = choose_config(*shape, target)
         return c.block_n, c.num_warps, c.num_stages
 
     assert knobs(3, 1, 5) == (16, 4, 2)  # a short single sequence: 2 stages, 4 warps
     # one wave of tiles: 8 warps share a tile's instructions; one step when the range fits
     assert knobs(17, 1, 19) == (32, 8, 2)
-    assert knobs(1, 1, 34) == (64, 8, 2)  # 2 stages even for one step (measured, session 7)
+    assert knobs(1, 1, 34) == (64, 8, 2)  # 2 stages even for one step (measured)
     assert knobs(96, 1, 98) == (64, 8, 2)
     assert knobs(26, 2, 32) == (32, 8, 2)  # several sequences averaging 16 keys
     assert knobs(4, 4, 121) == (64, 8, 2)  # ... averaging 30: some are longer than 32
-    assert knobs(138, 4, 151) == (32, 4, 3)  # more than one wave
-    decode = choose_config(22, 22, 17759)  # decode-like: split the long KV ranges
+    assert knobs(138, 4, 151) == (32, 8, 3)  # more than one wave: 8 warps (4 spill)
+    decode = choose_config(22, 22, 17759, H200)  # decode-like: split the long KV ranges
     assert decode.split and 22 * decode.num_splits <= 3 * 132 and not decode.problems()
-    # split decode: 8 warps too (session 8), one wave of pooled pieces at 3 stages (session 9)
-    assert choose_config(22, 22, 17759, hopper=True).num_stages == 3 and decode.num_splits == 6
-    # elsewhere 2 stages: 3 of them need 168 KB of shared memory (an A100 has 163 KB per block)
-    assert knobs(22, 22, 17759) == (64, 8, 2)
-    assert choose_config(22, 22, 17759, num_sms=1).num_splits == 1
+    # split decode: 8 warps too, one wave of pooled pieces at 3 stages where they fit
+    assert decode.num_stages == 3 and decode.num_splits == 6
+    # not on an A100 (167,936 B > 166,912) nor on sm_100 (3 stages spill there)
+    assert knobs(22, 22, 17759, target=A100) == (64, 8, 2)
+    assert knobs(22, 22, 17759, target=B200) == (64, 8, 2)
+    one_sm = dataclasses.replace(H200, num_sms=1)
+    assert choose_config(22, 22, 17759, one_sm).num_splits == 1
     # which kernel a split launches: pooled pieces for 1-token Triton tiles, per tile otherwise
-    assert decode.pooled and not choose_config(22, 22, 17759, num_sms=1).pooled
-    assert not choose_config(400, 1, 4000).pooled  # split, but 64-row tiles
+    assert decode.pooled and not choose_config(22, 22, 17759, one_sm).pooled
+    assert not choose_config(400, 1, 4000, H200).pooled  # split, but 64-row tiles
     assert not KernelConfig(1, 64, 6, kernel="gluon").pooled
-    assert choose_config(16384, 1, 16387).num_splits == 1
-    assert choose_config(16384, 1, 16387).block_m == 64
-    assert choose_config(16384, 1, 16387).kernel == "triton"  # not Hopper: the Triton kernel
-    assert choose_config(16384, 1, 16387, hopper=True).kernel == "gluon"
-    assert choose_config(16384, 1, 16387, hopper=True, interpret=True).kernel == "triton"
-    assert choose_config(100, 1, 100, hopper=True).kernel == "triton"  # 16-row tiles
-    assert choose_config(165, 1, 165, hopper=True).block_t == 1  # up to 1.25 waves on Hopper
-    assert choose_config(166, 1, 166, hopper=True).kernel == "gluon"
-    assert choose_config(330, 1, 331).block_t == 1  # up to 2.5 waves of 16-row tiles
-    assert choose_config(331, 1, 331).block_t == 4
+    big = choose_config(16384, 1, 16387, H200)
+    assert (big.kernel, big.block_m, big.num_splits) == ("gluon", 64, 1)
+    assert choose_config(16384, 1, 16387, H200, interpret=True).kernel == "triton"
+    assert choose_config(16384, 1, 16387, H200, gluon_api=False).block_t == 2
+    assert choose_config(100, 1, 100, H200).kernel == "triton"  # 16-row tiles
+    assert choose_config(165, 1, 165, H200).block_t == 1  # up to 1.25 waves with Gluon
+    assert choose_config(166, 1, 166, H200).kernel == "gluon"
+    assert choose_config(270, 1, 270, A100).block_t == 1  # up to 2.5 waves of 16-row tiles
+    assert choose_config(271, 1, 271, A100).block_t == 2  # (108 SMs)
+    assert choose_config(370, 1, 370, B200).block_t == 1 and B200.num_sms == 148
+    assert choose_config(371, 1, 371, B200).block_t == 2
     # a causal sequence without a long prefix is not split (fp32 partials cost more than idle SMs)
-    assert choose_config(376, 1, 381, num_sms=132).num_splits == 1
-    assert choose_config(200, 1, 4000, num_sms=132).num_splits == 1  # 200 16-row tiles: no idle SMs
-    assert choose_config(400, 1, 4000).num_splits > 1  # 100 64-row tiles, a long prefix
+    assert choose_config(376, 1, 381, H200).num_splits == 1
+    assert choose_config(200, 1, 4000, H200, gluon_api=False).num_splits == 1  # 200 16-row tiles
+    assert choose_config(400, 1, 4000, H200).num_splits > 1  # 100 64-row tiles, a long prefix
     with pytest.raises(ValueError, match="total_q"):
         choose_config(0, 1, 1)
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_every_triton_tile_fits_the_targets_shared_memory(target):
+    """The chooser's fit rule: every Triton tile it picks for a target is within that target's
+    shared memory by ``shared_estimate`` (``mla-prefill portability`` checks the compiled
+    figures against the limit)."""
+    t = TARGETS[target]
+    for total_q, batch, num_kv in [(1, 1, 34), (22, 22, 17759), (138, 4, 151), (376, 1, 381),
+                                   (400, 1, 4000), (16384, 1, 16387), (1024, 256, 300_000)]:  # fmt: skip
+        c = choose_config(total_q, batch, num_kv, t, gluon_api=False)
+        assert shared_estimate(c.block_t, c.block_n, c.num_stages, t.capability) <= t.max_shared
+        assert c.block_t in (1, 2), c  # 64-row tl.dot tiles spill off Hopper's Gluon kernel
+
+
+def test_wide_tiles_follow_the_targets_shared_memory():
+    """Deepest pipeline that fits: 4 stages of 32 keys on B200 and A100, 2 on a 99 KB GPU, and
+    an error (not a launch) where nothing fits."""
+    wide = [choose_config(16384, 1, 16387, t) for t in (B200, A100, GENERIC)]
+    assert [(c.block_t, c.block_n, c.num_warps, c.num_stages) for c in wide] == [
+        (2, 32, 8, 4), (2, 32, 8, 4), (2, 32, 8, 2)]  # fmt: skip
+    tiny = dataclasses.replace(GENERIC, max_shared=48 * 1024)
+    with pytest.raises(ValueError, match="no tile of the Triton kernel fits"):
+        choose_config(16384, 1, 16387, tiny)
+
+
+def test_shared_estimate_bounds_the_compiled_figures():
+    """Compiled with Triton 3.6 (``mla-prefill portability``): the estimate is exact for
+    ``mma.sync`` tiles and an upper bound for the 64-row ``wgmma`` / ``tcgen05`` ones."""
+    assert shared_estimate(2, 32, 4, 100) == 149_504
+    assert shared_estimate(1, 64, 2, 90) == 149_504  # Triton 3.9's figure (3.6: 94,208)
+    assert shared_estimate(4, 64, 2, 90) >= 221_440
+    assert shared_estimate(4, 64, 2, 100) >= 353_280 > B200.max_shared
+
+
+def test_device_target_reads_the_devices_properties(monkeypatch):
+    """A real device plans with its own SM count and shared memory, named after the table's
+    entry when it is one of them."""
+    from mla_prefill.kernel import targets
+
+    props = types.SimpleNamespace(name="NVIDIA B200", major=10, minor=0,
+                                  multi_processor_count=148,
+                                  shared_memory_per_block_optin=232_448)  # fmt: skip
+    monkeypatch.setattr(targets.torch.cuda, "get_device_properties", lambda i: props)
+    targets.device_target.cache_clear()
+    try:
+        t = targets.device_target(0)
+        assert (t.name, t.capability, t.num_sms, t.max_shared) == ("b200", 100, 148, 232_448)
+        props.name, props.multi_processor_count = "NVIDIA RTX PRO 6000", 188
+        props.major, props.minor, props.shared_memory_per_block_optin = 12, 0, 101_376
+        targets.device_target.cache_clear()
+        t = targets.device_target(0)
+        assert (t.name, t.num_sms, t.max_shared) == ("sm_120", 188, 101_376)
+        assert choose_config(16384, 1, 16387, t).num_stages == 2
+    finally:
+        targets.device_target.cache_clear()
+    with pytest.raises(ValueError, match="known: h200"):
+        targets.target_named("b300")
 
 
 @settings(
