@@ -196,3 +196,24 @@ def test_check_reports_fuzz_results_of_other_kernel_sources(tmp_set):
     (tmp_set / "benchmarks" / "fuzz-h200.json").write_text(json.dumps(fuzz))
     msgs = _messages(tmp_set)
     assert any("kernel_sha256" in m and "re-run" in m for m in msgs), msgs
+
+
+def test_kernel_hash_ignores_comments_but_not_code(tmp_path):
+    """Evidence stays tied to the code: a comment or blank-line edit keeps the hash, any code
+    (docstrings included) changes it."""
+    import shutil
+
+    from mla_prefill.fuzz import kernel_sha256
+
+    kernel = repo_root() / "src" / "mla_prefill" / "kernel"
+    copy = tmp_path / "kernel"
+    shutil.copytree(kernel, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    assert kernel_sha256(copy) == kernel_sha256()
+    main = copy / "main.py"
+    text = main.read_text()
+    main.write_text(text.replace("import math\n", "import math  # a comment\n\n", 1))
+    assert kernel_sha256(copy) == kernel_sha256()
+    main.write_text(text.replace("LOG2E = 1.0 / math.log(2.0)", "LOG2E = 1 / math.log(2.0)"))
+    assert kernel_sha256(copy) != kernel_sha256()
+    main.write_text(text.replace('"""Entry point', '"""The entry point', 1))
+    assert kernel_sha256(copy) != kernel_sha256()

@@ -22,8 +22,11 @@ import json
 import sys
 from pathlib import Path
 
-from mla_prefill.kernel.config import NUM_SMS_HOPPER as SMS
 from mla_prefill.kernel.config import choose_config
+from mla_prefill.kernel.targets import TARGETS
+
+H200 = TARGETS["h200"]
+SMS = H200.num_sms
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOOR, BLOCK_T, BLOCK_N = 3.8, 4, 64  # empty-kernel floor (us); the Gluon kernel's tile
@@ -70,7 +73,7 @@ def main(f_next_values):
     bench = json.loads((ROOT / "benchmarks" / "h200.json").read_text())
     rows = []
     for w in bench["workloads"]:  # the ones Hopper runs on the Gluon kernel, without a split
-        cfg = choose_config(w["total_q"], w["batch"], w["num_kv_indices"], hopper=True)
+        cfg = choose_config(w["total_q"], w["batch"], w["num_kv_indices"], H200)
         if cfg.kernel == "gluon" and not cfg.split:
             assert (cfg.block_t, cfg.block_n) == (BLOCK_T, BLOCK_N), cfg
             rows.append((w["uuid"][:8], tiles(lengths[w["uuid"]]), w["ours"]["gpu_ms"] * 1e3))

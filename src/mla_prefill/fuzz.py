@@ -203,13 +203,13 @@ def coverage(results: List[dict]) -> dict:
     }
 
 
-def kernel_sha256() -> str:
+def kernel_sha256(folder: Optional[Path] = None) -> str:
     """Hash of the packed kernel sources without their comments and blank lines: ties a sweep's
     results to the code that produced them, and editing a comment keeps the evidence valid (any
     change to code, docstrings included, does not). Comments are found by Python's tokenizer and
     cut from the text, so the hash is the same on every Python version."""
     h = hashlib.sha256()
-    for f in sorted((Path(__file__).parent / "kernel").glob("*.py")):
+    for f in sorted((folder or Path(__file__).parent / "kernel").glob("*.py")):
         text = f.read_text()
         lines = text.splitlines()
         for tok in tokenize.generate_tokens(io.StringIO(text).readline):

@@ -294,17 +294,18 @@ def problems_of(row: dict) -> List[str]:
 
 def run(targets, shapes: List[Shape], gluon_api: bool, jobs: int) -> List[dict]:
     rows = rows_for(targets, shapes, gluon_api)
+    row_keys = [_spec_key(_spec_of(row)) for row in rows]
     specs: Dict[str, dict] = {}
-    for row in rows:
-        specs.setdefault(_spec_key(_spec_of(row)), _spec_of(row))
+    for key, row in zip(row_keys, rows):
+        specs.setdefault(key, _spec_of(row))
     keys = list(specs)
     if jobs > 1 and len(keys) > 1:
         with ProcessPoolExecutor(jobs) as pool:
             results = dict(zip(keys, pool.map(recompile, [specs[k] for k in keys])))
     else:
         results = {k: recompile(specs[k]) for k in keys}
-    for row in rows:
-        row.update(results[_spec_key(_spec_of(row))])
+    for key, row in zip(row_keys, rows):
+        row.update(results[key])
         row["problems"] = problems_of(row)
     return rows
 
@@ -349,11 +350,10 @@ def cmd_portability(args: argparse.Namespace) -> int:
 
     from mla_prefill.io import repo_root
     from mla_prefill.kernel.main import gluon_available
-    from mla_prefill.kernel.targets import target_named
+    from mla_prefill.kernel.targets import TARGETS, target_named
 
     try:
-        targets = [target_named(n) for n in (args.target or ["h200", "h100", "b200", "a100",
-                                                             "generic"])]  # fmt: skip
+        targets = [target_named(n) for n in (args.target or TARGETS)]
     except ValueError as e:
         print(f"portability: {e}", file=sys.stderr)
         return 2

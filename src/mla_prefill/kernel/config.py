@@ -32,9 +32,9 @@ def shared_estimate(block_t: int, block_n: int, num_stages: int, capability: int
     3.6's pipeliner keeps the query tile and ``num_stages - 1`` gather buffers for ``mma.sync``
     tiles (16/32 rows, and every tile below sm_90), Triton 3.9's ``num_stages`` gather buffers
     (1-token tiles at 64-key steps, 2 stages: 94,208 B under 3.6, 149,504 under 3.9); 64-row
-    ``wgmma`` tiles on sm_90 keep ``num_stages`` (221,440 B at 4, 64, 2); 64-row ``tcgen05`` tiles on sm_100 twice that (the rows feed
-    two MMAs: 353,280 B at 4, 64, 2). One stage is not pipelined and converts layouts through
-    shared memory (bounded as two buffers).
+    ``wgmma`` tiles on sm_90 keep ``num_stages`` (221,440 B at 4, 64, 2); 64-row ``tcgen05``
+    tiles on sm_100 twice that (the rows feed two MMAs: 353,280 B at 4, 64, 2). One stage is not
+    pipelined and converts layouts through shared memory (bounded as two buffers).
     """
     block_m = block_t * NUM_QO_HEADS
     row = (HEAD_DIM_CKV + HEAD_DIM_KPE) * 2
@@ -148,14 +148,15 @@ def choose_config(
       neighbour sequence's query, and short dependent-load chains. Measured on the H200
       (``docs/design.md``): 138-287 tokens run 1.05-1.7x faster this way than on 64-row tiles,
       376 and 473 tokens 0.98x / 0.93x, hence the bound. A single sequence averaging <= 16
-      positions takes 2 stages and 4 warps. Within one wave (split or not), a tile's time is mostly its
-      instruction stream, so 8 warps share it, with one 32-position step for short ranges and
-      64-position steps otherwise (0.3-3.6 us less on 7-21 us workloads, 7% on a split decode
-      batch). Past one wave they take 8 warps too: at 4, 32-key steps over 3 stages spill
+      positions takes 2 stages and 4 warps. Within one wave (split or not), a tile's time is
+      mostly its instruction stream, so 8 warps share it, with one 32-position step for short
+      ranges and 64-position steps otherwise (0.3-3.6 us less on 7-21 us workloads, 7% on a
+      split decode batch). Past one wave they take 8 warps too: at 4, 32-key steps over 3 stages spill
       (24-56 B on sm_90 and sm_100, depending on how Triton specialises the call).
     - Otherwise the Gluon kernel's 64-row tiles where it runs (sm_90 with Triton 3.6's Gluon
       API, never under the interpreter: 1.27-1.88x the Triton kernel from 199 tokens up), else
-      the Triton kernel's tile for the target (``_wide_tile``).
+      the Triton kernel's 2-token tiles (``docs/design.md``). Every Triton tile then takes the
+      deepest pipeline that fits the target's shared memory (``_fit``).
     - When the query tiles leave SMs idle, sequences average >= 256 KV positions and the prefix
       dominates (at least as many KV positions as queries again), the KV is split, no piece
       shorter than ``DEFAULT_MIN_CHUNK``: 1-token tiles pool their ranges into about one wave

@@ -72,6 +72,8 @@ def default_config(
     when given, for ``target``: the tiles that GPU would get)."""
     if interpret is None:
         interpret = is_interpreter()
+    if target is None and interpret:
+        target = DEFAULT_TARGET  # the interpreter runs on the CPU: no device to ask
     return choose_config(
         total_q,
         batch,
@@ -194,11 +196,7 @@ def mla_paged_prefill(
     dev = q_nope.device
     here = None if interpret else device_target(dev.index or 0)
     if config is None:
-        config = choose_config(
-            total_q, batch, num_kv,
-            (here or DEFAULT_TARGET) if target is None else resolve_target(target, dev),
-            interpret=interpret, gluon_api=gluon_available(),
-        )  # fmt: skip
+        config = default_config(total_q, batch, num_kv, dev, interpret, target)
     bad = config_problems(config, total_q, here, interpret)
     if bad:
         raise ValueError("config: " + "; ".join(bad))

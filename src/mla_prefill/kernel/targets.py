@@ -19,15 +19,13 @@ import torch
 class Target:
     """name: short key (``--target``); gpu: the name a device reports (flashinfer-bench's
     ``target_hardware``); capability: major * 10 + minor; max_shared: opt-in shared memory per
-    block, bytes; verified: ``"run"`` (correctness and speed measured on that GPU), ``"compile"``
-    (every launch compiles for it, fits and does not spill; never run) or ``""``."""
+    block, bytes."""
 
     name: str
     gpu: str
     capability: int
     num_sms: int
     max_shared: int
-    verified: str = ""
 
     @property
     def arch(self) -> str:
@@ -38,13 +36,13 @@ _SHARED_227K = 232_448  # sm_90 / sm_100: 227 KB opt-in per block
 TARGETS: Dict[str, Target] = {
     t.name: t
     for t in (
-        Target("h200", "NVIDIA H200", 90, 132, _SHARED_227K, "run"),
-        Target("h100", "NVIDIA H100", 90, 132, _SHARED_227K, "run"),  # SXM5; same chip as H200
-        Target("b200", "NVIDIA B200", 100, 148, _SHARED_227K, "compile"),
-        Target("a100", "NVIDIA A100", 80, 108, 166_912, "compile"),  # 163 KB opt-in
+        Target("h200", "NVIDIA H200", 90, 132, _SHARED_227K),
+        Target("h100", "NVIDIA H100", 90, 132, _SHARED_227K),  # SXM5; same chip as H200
+        Target("b200", "NVIDIA B200", 100, 148, _SHARED_227K),
+        Target("a100", "NVIDIA A100", 80, 108, 166_912),  # 163 KB opt-in
         # what a GPU of no known kind is planned as when no device can be asked (sm_86/89/120
         # consumer parts: 99 KB opt-in per block, the smallest of the Triton-supported GPUs)
-        Target("generic", "unknown GPU", 80, 82, 101_376, "compile"),
+        Target("generic", "unknown GPU", 80, 82, 101_376),
     )
 }
 DEFAULT_TARGET = TARGETS["h200"]  # shapes-only planning (tests, tools) without naming a GPU
@@ -70,14 +68,14 @@ def _shared_optin(props, index: int) -> int:
 
 @functools.lru_cache(maxsize=None)
 def device_target(index: int) -> Target:
-    """The target of CUDA device ``index``, from its properties (the table's name when its
-    capability and SM count match an entry, else ``"sm_XY"``)."""
+    """The target of CUDA device ``index``, from its properties (named after the table's entry
+    whose GPU name and capability it has, else ``"sm_XY"``)."""
     props = torch.cuda.get_device_properties(index)
     capability = props.major * 10 + props.minor
     shared = _shared_optin(props, index)
     name = f"sm_{capability}"
     for t in TARGETS.values():
-        if t.gpu != "unknown GPU" and t.gpu in props.name and t.capability == capability:
+        if t.gpu in props.name and t.capability == capability:
             name = t.name
             break
     return Target(name, props.name, capability, props.multi_processor_count, shared)
