@@ -78,3 +78,16 @@ def test_kernel_paths_are_importable(b200_rows):
     for r in b200_rows:
         module, name = r["kernel"].split(":")
         assert hasattr(importlib.import_module(module), name)
+
+
+def test_what_fails_a_launch_and_what_only_warns():
+    from mla_prefill.portability import problems_of, warnings_of
+
+    row = dict(shared_bytes=100, shared_limit=200, spills=0, shared_estimate=120)
+    assert problems_of(row) == [] and warnings_of(row) == []
+    assert problems_of(dict(row, shared_bytes=201)) == ["shared 201 > limit 200"]
+    assert problems_of(dict(row, spills=8)) == ["8 bytes of register spills"]
+    assert problems_of(dict(row, error="PTXASError: boom\nmore")) == ["PTXASError: boom"]
+    over_estimate = dict(row, shared_bytes=150)
+    assert problems_of(over_estimate) == []
+    assert warnings_of(over_estimate) == ["shared 150 > the chooser's estimate 120"]
