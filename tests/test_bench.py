@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from mla_prefill.bench import compare, make_inputs, ours, refill_
+from mla_prefill.accuracy import compare
+from mla_prefill.bench import make_inputs, ours, refill_
 from mla_prefill.io import INPUTS, load_index_tensors, load_workloads, reference_fn, small_root
 
 

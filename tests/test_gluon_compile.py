@@ -1,47 +1,54 @@
 """The Gluon kernel runs only on a Hopper GPU, but it compiles for sm_90 on any machine: CI
-catches a kernel that no longer compiles, spills registers, or outgrows shared memory.
+catches a kernel that no longer compiles, spills registers, outgrows shared memory or loses the
+instructions its design relies on.
 
-Compiled in a subprocess without ``TRITON_INTERPRET`` (the CPU tests set it, and under the
-interpreter Gluon functions cannot be compiled)."""
+The launches are the ones a call plans on an H200 (``portability.run``, the shipped dispatch on
+meta tensors), compiled in a subprocess without ``TRITON_INTERPRET`` (the CPU tests set it, and
+under the interpreter Gluon functions cannot be compiled)."""
 
 import json
 import os
-import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-TOOL = ROOT / "benchmarks" / "experiments" / "gluon_compile.py"
-SM90_MAX_SHARED = 227 * 1024  # opt-in shared memory per block on sm_90
+COMPILE = r"""
+import json
+from mla_prefill.kernel.main import gluon_available
+from mla_prefill.kernel.targets import target_named
+from mla_prefill.portability import Shape, run
+
+if not gluon_available():
+    print(json.dumps(None))
+else:
+    shapes = [Shape("wide", 2048, 4, 2048), Shape("wide-split", 400, 1, 4000)]
+    rows = run([target_named("h200")], shapes, True, 2)
+    print(json.dumps([r for r in rows if r["kernel"].endswith(":_mla_prefill_ws_kernel")]))
+"""
 
 
-def compile_tool(*args):
-    """The last line of a compile tool's output, as JSON."""
+@pytest.fixture(scope="module")
+def gluon_rows():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
-    r = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, env=env,
-                       timeout=600)  # fmt: skip
+    r = subprocess.run([sys.executable, "-c", COMPILE], capture_output=True, text=True, env=env,
+                       timeout=900)  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    rows = json.loads(r.stdout.strip().splitlines()[-1])
+    if rows is None:
+        pytest.skip("this Triton has no Gluon API the kernel is written against (3.6 only)")
+    return {row["workload"]: row for row in rows}
 
 
-def assert_no_spills(out):
-    assert out["ptxas_rc"] == 0, out["ptxas"]
-    m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out["ptxas"])
-    assert m, out["ptxas"]
-    assert (int(m.group(1)), int(m.group(2))) == (0, 0), out["ptxas"]
-
-
-@pytest.mark.parametrize("split", [False, True], ids=["no_split", "split"])
-def test_gluon_kernel_compiles_for_hopper_without_spills(split):
-    out = compile_tool(TOOL, "64", "--json", *(["--split"] if split else []))
-    assert 0 < out["shared"] <= SM90_MAX_SHARED, out["shared"]
-    assert out["wgmma"]
+@pytest.mark.parametrize("shape", ["wide", "wide-split"])
+def test_gluon_kernel_compiles_for_hopper_without_spills(gluon_rows, shape):
+    row = gluon_rows[shape]
+    assert row["capability"] == 90 and not row.get("error"), row
+    assert 0 < row["shared_bytes"] <= row["shared_limit"] == 232_448, row
+    assert row["spills"] == 0 and 0 < row["registers"] <= 255, row
+    assert row["ptx_counts"]["wgmma"] > 0, "no warpgroup MMA left"
+    assert (row["constants"]["MIN_CHUNK"] > 0) == (shape == "wide-split")
     # the output of a launch without split leaves through shared memory in 16-byte row pieces
-    # (st.global.v4): the MMA layout's 4-byte stores cost 892d1b8f 17% (benchmarks/NOTES.md)
-    if not split:
-        assert out["st_global_v4"] > 0, "the staged output store is gone"
-    assert_no_spills(out)
+    # (st.global.v4): the MMA layout's 4-byte stores cost 892d1b8f 17% (docs/design.md)
+    if shape == "wide":
+        assert row["ptx_counts"]["st_global_v4"] > 0, "the staged output store is gone"

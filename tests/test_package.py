@@ -11,6 +11,7 @@ import torch
 from mla_prefill.blobs import SMALL_CASES, verify_all
 from mla_prefill.check import check_trace_set
 from mla_prefill.cli import main as cli_main
+from mla_prefill.fuzz import kernel_sha256
 from mla_prefill.io import (
     definition_path,
     load_index_tensors,
@@ -68,7 +69,7 @@ def test_small_set_is_separate():
 
 
 def test_blobs_regenerate_byte_for_byte():
-    assert verify_all() == []
+    assert verify_all(repo_root()) == []
 
 
 def test_check_passes_on_repo(capsys):
@@ -107,9 +108,9 @@ def test_reference_runs_on_cpu(root):
 @pytest.mark.parametrize("name", sorted(SOLUTIONS))
 def test_packed_solution_in_sync_with_sources(name):
     """Fails when kernel/ changed without `mla-prefill pack`."""
-    path = solution_path(name=name)
-    assert stale_sources(path) == [], "run `mla-prefill pack` and commit the result"
-    assert path.read_text() == render(build_solution(SOLUTIONS[name]))
+    path = solution_path(repo_root(), name)
+    assert stale_sources(path, repo_root()) == [], "run `mla-prefill pack` and commit the result"
+    assert path.read_text() == render(build_solution(SOLUTIONS[name], repo_root()))
 
 
 # --- `check` must fail, precisely, on broken trace sets ----------------------------------------
@@ -117,10 +118,12 @@ def test_packed_solution_in_sync_with_sources(name):
 
 @pytest.fixture
 def tmp_set(tmp_path):
-    """A copy of the small trace set plus the packed solutions, safe to break."""
+    """A checkout to break: the small trace set, the packed solutions and their sources."""
     root = tmp_path / "set"
     shutil.copytree(small_root(), root, ignore=shutil.ignore_patterns("traces"))
     shutil.copytree(repo_root() / "solutions", root / "solutions")
+    shutil.copytree(repo_root() / "src", root / "src",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))  # fmt: skip
     return root
 
 
@@ -183,24 +186,33 @@ def test_check_reports_bad_json_line(tmp_set):
     wpath = workloads_path(tmp_set)
     wpath.write_text(wpath.read_text() + "{not json\n")
     msgs = _messages(tmp_set)
-    assert any(f":{len(SMALL_CASES) + 1}: not valid JSON" in m for m in msgs), msgs
+    assert any(f":{len(SMALL_CASES) + 1}:2: not valid JSON" in m for m in msgs), msgs
 
 
 def test_check_reports_fuzz_results_of_other_kernel_sources(tmp_set):
     """Committed GPU fuzz results that describe other kernel sources make `check` fail."""
-    fuzz = json.loads((repo_root() / "benchmarks" / "fuzz-h200.json").read_text())
-    (tmp_set / "benchmarks").mkdir()
-    (tmp_set / "benchmarks" / "fuzz-h200.json").write_text(json.dumps(fuzz))
-    assert _messages(tmp_set) == []  # the committed file matches the sources
-    fuzz["kernel_sha256"] = "0" * 64
-    (tmp_set / "benchmarks" / "fuzz-h200.json").write_text(json.dumps(fuzz))
-    msgs = _messages(tmp_set)
-    assert any("kernel_sha256" in m and "re-run" in m for m in msgs), msgs
+    results = tmp_set / "benchmarks" / "results"
+    results.mkdir(parents=True)
+    fuzz = json.loads((repo_root() / "benchmarks" / "results" / "fuzz-h200.json").read_text())
+    fuzz["kernel_sha256"] = kernel_sha256()
+    (results / "fuzz-h200.json").write_text(json.dumps(fuzz))
+    assert _messages(tmp_set) == []  # the file describes the checkout's sources
+    kernel = tmp_set / "src" / "mla_prefill" / "kernel" / "main.py"
+    kernel.write_text(kernel.read_text().replace("LOG2E", "LOG_2E"))
+    assert any("kernel_sha256" in m and "re-run" in m for m in _messages(tmp_set))
+
+
+def test_committed_gpu_evidence_describes_the_kernel():
+    """Both committed fuzz files ran the kernel as it is (`mla-prefill check` in CI too)."""
+    for name in ("fuzz-h200.json", "fuzz-b200-configs-on-h200.json"):
+        d = json.loads((repo_root() / "benchmarks" / "results" / name).read_text())
+        assert d["kernel_sha256"] == kernel_sha256(), name
+        assert d["complete"] and d["batches"] >= 1000 and d["failures"] == 0, name
 
 
 def test_kernel_hash_ignores_comments_but_not_code(tmp_path):
-    """Evidence stays tied to the code: a comment or blank-line edit keeps the hash, any code
-    (docstrings included) changes it."""
+    """Evidence stays tied to the code: a comment, docstring or blank-line edit keeps the hash,
+    any code change alters it."""
     import shutil
 
     from mla_prefill.fuzz import kernel_sha256
@@ -211,9 +223,9 @@ def test_kernel_hash_ignores_comments_but_not_code(tmp_path):
     assert kernel_sha256(copy) == kernel_sha256()
     main = copy / "main.py"
     text = main.read_text()
-    main.write_text(text.replace("import math\n", "import math  # a comment\n\n", 1))
+    main.write_text(text.replace("import functools\n", "import functools  # a comment\n\n", 1))
     assert kernel_sha256(copy) == kernel_sha256()
-    main.write_text(text.replace("LOG2E = 1.0 / math.log(2.0)", "LOG2E = 1 / math.log(2.0)"))
-    assert kernel_sha256(copy) != kernel_sha256()
     main.write_text(text.replace('"""Entry point', '"""The entry point', 1))
+    assert kernel_sha256(copy) == kernel_sha256()
+    main.write_text(text.replace('"config: "', '"configuration: "', 1))
     assert kernel_sha256(copy) != kernel_sha256()

@@ -42,7 +42,7 @@ def root(tmp_path):
     shutil.copytree(small_root(), r, ignore=shutil.ignore_patterns("traces"))
     sol_dir = r / "solutions" / "mla_paged" / DEFINITION_NAME
     sol_dir.mkdir(parents=True)
-    shutil.copy(solution_path(), sol_dir / f"{OURS}.json")
+    shutil.copy(solution_path(repo_root()), sol_dir / f"{OURS}.json")
     return r
 
 

@@ -162,3 +162,105 @@ def test_no_queries_is_a_no_op(device):
     x = make_batch_inputs(Batch([(0, 5)], 10, 0), device)
     out, lse = call(x, validate=True)
     assert out.shape == (0, 16, 512) and lse.shape == (0, 16)
+
+
+# --- one rule table: the fast check and the explaining one agree --------------------------------
+
+VALID_VARIANTS = {
+    "as drawn": lambda x: {},
+    "output and lse given": lambda x: {
+        "output": torch.empty(8, 16, 512, dtype=torch.bfloat16, device=x["q_nope"].device),
+        "lse": torch.empty(8, 16, dtype=torch.float32, device=x["q_nope"].device),
+    },
+    "q_nope strided over tokens": lambda x: {
+        "q_nope": torch.empty(8, 16, 1024, dtype=torch.bfloat16, device=x["q_nope"].device)[
+            ..., :512
+        ].copy_(x["q_nope"])
+    },
+}
+
+
+def _rule_args(args):
+    return [args[k] for k in ARGS[:7]] + [args.get("output"), args.get("lse")]
+
+
+@pytest.mark.parametrize("variant", sorted(VALID_VARIANTS))
+def test_fast_check_accepts_what_the_rules_accept(inputs, variant):
+    """The accept path of the fast check runs here (on the CPU too) and agrees with the rules."""
+    from mla_prefill.kernel.validate import _explain_inputs, _inputs_ok
+
+    args = _rule_args({**inputs, **VALID_VARIANTS[variant](inputs)})
+    assert _explain_inputs(*args) == (8, 40, 3, 19)
+    assert _inputs_ok(*args)
+
+
+BROKEN = {
+    "q_nope fp16": ("q_nope", lambda x: x["q_nope"].half()),
+    "q_pe short": ("q_pe", lambda x: x["q_pe"][:-1]),
+    "ckv 2 per page": ("ckv_cache", lambda x: x["ckv_cache"].reshape(20, 2, 512)),
+    "kpe short": ("kpe_cache", lambda x: x["kpe_cache"][:-1]),
+    "indices int64": ("kv_indices", lambda x: x["kv_indices"].long()),
+    "kv_indptr short": ("kv_indptr", lambda x: x["kv_indptr"][:-1]),
+    "indices strided": ("kv_indices", lambda x: x["kv_indices"].repeat_interleave(2)[::2]),
+    "qo_indptr strided": ("qo_indptr", lambda x: x["qo_indptr"].repeat_interleave(2)[::2]),
+    "output fp32": ("output", lambda x: torch.empty(8, 16, 512, dtype=torch.float32)),
+    "lse short": ("lse", lambda x: torch.empty(8, 15)),
+    "indices on meta": ("kv_indices", lambda x: x["kv_indices"].to("meta")),
+    "no sequence": ("qo_indptr", lambda x: x["qo_indptr"][:1]),  # kv_indptr then mismatches
+    "not a tensor": ("q_pe", lambda x: [1, 2]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_fast_check_refuses_what_the_rules_refuse(inputs, case):
+    from mla_prefill.kernel.validate import _explain_inputs, _inputs_ok
+
+    name, make = BROKEN[case]
+    args = _rule_args({**inputs, name: make(inputs)})
+    with pytest.raises(ValueError, match="kv_indptr" if case == "no sequence" else name):
+        _explain_inputs(*args)
+    assert not _inputs_ok(*args)
+
+
+def test_strided_index_tensor_is_refused(inputs):
+    """A strided kv_indices would be read as if contiguous: a wrong answer, not an error."""
+    strided = inputs["kv_indices"].repeat_interleave(2)[::2]
+    assert torch.equal(strided, inputs["kv_indices"]) and strided.stride(0) == 2
+    with pytest.raises(ValueError, match="kv_indices: the last dimension must be contiguous"):
+        call(inputs, kv_indices=strided)
+
+
+def test_wrong_destination_dtype_is_not_told_to_convert(inputs):
+    """A converted copy of ``output`` would receive the result, not the caller's buffer."""
+    with pytest.raises(ValueError, match="output: expected dtype") as e:
+        call(inputs, output=torch.empty(8, 16, 512, dtype=torch.float32))
+    assert ".to(" not in str(e.value) and "pass a torch.bfloat16 buffer" in str(e.value)
+
+
+OUT_OF_RANGE_ON_CPU = r"""
+import os, torch
+os.environ["TRITON_INTERPRET"] = "1"
+from mla_prefill.fuzz import ARGS, Batch, make_batch_inputs
+from mla_prefill.kernel.main import mla_paged_prefill
+x = make_batch_inputs(Batch([(3, 10), (5, 5)], 40, 0), "cpu")
+x["kv_indices"][1] = 10_000
+try:
+    mla_paged_prefill(*[x[k] for k in ARGS], validate=False)
+except ValueError as e:
+    print("ValueError:", e)
+"""
+
+
+@pytest.mark.cpu_only
+def test_out_of_range_page_under_the_interpreter_is_an_error_not_a_crash():
+    """The interpreter has no memory protection: an out-of-range page index must be refused on
+    the CPU even when validation is off (a subprocess, so a crash fails this test alone)."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", OUT_OF_RANGE_ON_CPU], capture_output=True,
+                       text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert (
+        "ValueError: kv_indices: kv_indices[1] = 10000 is outside [0, num_pages = 40)" in r.stdout
+    )

@@ -16,9 +16,7 @@ definition's reference: a result cached by pointer or a stale plan shows up ther
 
 import argparse
 import datetime
-import importlib.metadata as md
 import json
-import platform
 import statistics
 import sys
 import time
@@ -27,56 +25,30 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from mla_prefill.accuracy import compare, draw_inputs, poisoned_outputs, versions
 from mla_prefill.flops import MATMUL_CEILING_TFLOPS, bucket, flops
+from mla_prefill.fuzz import kernel_sha256
 from mla_prefill.io import (
     INPUTS,
     dataset_override,
+    find_root,
     load_index_tensors,
     load_workloads,
     reference_fn,
-    repo_root,
     sequence_lengths,
 )
+from mla_prefill.kernel.validate import HEAD_DIM_CKV, HEAD_DIM_KPE, NUM_QO_HEADS
 
 SCRUB_BYTES = 256 << 20
 
 
-def versions() -> Dict[str, str]:
-    out = {"python": platform.python_version(), "torch": torch.__version__}
-    for dist in ("triton", "flashinfer-python", "flashinfer-bench", "mla-prefill"):
-        try:
-            out[dist] = md.version(dist)
-        except md.PackageNotFoundError:
-            out[dist] = "not installed"
-    if out["mla-prefill"] == "not installed":  # run from the source tree (scripts/gpu_check.sh)
-        from mla_prefill import __version__
-
-        out["mla-prefill"] = f"{__version__} (source tree)"
-    out["cuda"] = str(torch.version.cuda)
-    return out
-
-
 def make_inputs(workload: dict, index: Dict[str, torch.Tensor], device: str, seed: int) -> dict:
-    """Random bf16 q/caches as flashinfer-bench draws them (N(0,1)), the workload's index blobs."""
+    """A workload's inputs: its index blobs, and random q/caches (``accuracy.draw_inputs``)."""
     axes = workload["axes"]
-    g = torch.Generator(device=device).manual_seed(seed)
-    total_q, num_pages = axes["total_q"], axes["num_pages"]
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=g, device=device, dtype=torch.float32).to(
-            torch.bfloat16
-        )
-
-    return {
-        "q_nope": randn(total_q, 16, 512),
-        "q_pe": randn(total_q, 16, 64),
-        "ckv_cache": randn(num_pages, 1, 512),
-        "kpe_cache": randn(num_pages, 1, 64),
-        "qo_indptr": index["qo_indptr"].to(device),
-        "kv_indptr": index["kv_indptr"].to(device),
-        "kv_indices": index["kv_indices"].to(device),
-        "sm_scale": float(workload["inputs"]["sm_scale"]["value"]),
-    }
+    return draw_inputs(
+        axes["total_q"], axes["num_pages"], index, workload["inputs"]["sm_scale"]["value"],
+        device, seed,
+    )  # fmt: skip
 
 
 def refill_(inputs: dict, seed: int) -> None:
@@ -114,7 +86,8 @@ def flashinfer_planned(inputs: dict, out: torch.Tensor, lse: torch.Tensor) -> Ca
     kv_indptr = inputs["kv_indptr"]
     wrapper.plan(
         inputs["qo_indptr"], kv_indptr, inputs["kv_indices"], kv_indptr[1:] - kv_indptr[:-1],
-        16, 512, 64, 1, True, inputs["sm_scale"], torch.bfloat16, torch.bfloat16,
+        NUM_QO_HEADS, HEAD_DIM_CKV, HEAD_DIM_KPE, 1, True, inputs["sm_scale"], torch.bfloat16,
+        torch.bfloat16,
     )  # fmt: skip
 
     def call():
@@ -173,24 +146,6 @@ def time_wall(fn: Callable[[], None], scrub: torch.Tensor, iters: int) -> float:
     return statistics.median(times)
 
 
-def compare(out, lse, ref_out, ref_lse, atol=1e-2, rtol=1e-2) -> dict:
-    """flashinfer-bench's rule on every element (|a-b| <= atol + rtol*|b|), NaN never passes."""
-    o, r = out.float(), ref_out.float()
-    ok_o = ((o - r).abs() <= atol + rtol * r.abs()) & ~o.isnan()
-    fin = torch.isfinite(ref_lse)
-    same_inf = torch.equal(torch.isinf(lse) & (lse < 0), torch.isinf(ref_lse) & (ref_lse < 0))
-    ok_l = ((lse - ref_lse).abs() <= atol + rtol * ref_lse.abs()) | (~fin & (lse == ref_lse))
-    return {
-        "correct": bool(ok_o.all() and ok_l.all() and same_inf),
-        "max_abs_err_out": float((o - r).abs().nan_to_num(float("inf")).max())
-        if o.numel()
-        else 0.0,
-        "max_abs_err_lse": float((lse[fin] - ref_lse[fin]).abs().max()) if fin.any() else 0.0,
-        "mismatched_out": int((~ok_o).sum()),
-        "mismatched_lse": int((~ok_l).sum()),
-    }
-
-
 def bench_workload(
     wl, root, dataset, contenders, iters_cap, seed, configs=None, target=None
 ) -> dict:
@@ -212,8 +167,7 @@ def bench_workload(
     variants = [("ours", None)] + [(f"ours[{c}]", c) for c in (configs or [])]
     for name in contenders:
         for vname, cfg in variants if name == "ours" else [(name, None)]:
-            out = torch.empty(total_q, 16, 512, dtype=torch.bfloat16, device="cuda")
-            lse = torch.empty(total_q, 16, dtype=torch.float32, device="cuda")
+            out, lse = poisoned_outputs(total_q, "cuda")
             try:
                 fn = (
                     ours(inputs, out, lse, cfg, target)
@@ -350,10 +304,12 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--root", default=None, help="trace set whose workloads to time (default: "
+                   "the one at or above the current directory)")  # fmt: skip
     p.add_argument("--workload", nargs="*", default=None, help="uuid prefixes (default: all 38)")
     p.add_argument("--no-flashinfer", action="store_true", help="time our kernel only")
     p.add_argument("--iters", type=int, default=100, help="cap on timed iterations per contender")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the random q and caches")
     p.add_argument("--configs", default=None, help="extra tile configs to time, see parse_configs")
     p.add_argument(
         "--target",
@@ -371,7 +327,7 @@ def run_bench(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    root = repo_root()
+    root = find_root(args.root)
     dataset = dataset_override(args.dataset)
     lines = load_workloads(root)
     if args.workload:
@@ -412,6 +368,7 @@ def run_bench(args: argparse.Namespace) -> int:
         "num_sms": torch.cuda.get_device_properties(0).multi_processor_count,
         "tiles_planned_for": args.target or "this GPU",
         "versions": versions(),
+        "kernel_sha256": kernel_sha256(),
         "command": "mla-prefill bench "
         + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
         "method": __doc__.strip(),

@@ -25,8 +25,6 @@ from mla_prefill.io import (
     OP_TYPE,
     definition_path,
     load_workloads,
-    repo_root,
-    small_root,
     workloads_path,
 )
 
@@ -136,15 +134,15 @@ def small_set() -> Tuple[List[dict], Dict[Path, bytes]]:
     return records, blobs
 
 
-def write_all(root: Path = None) -> List[Path]:
-    """Write the upstream blobs and the whole small trace set; return the files written."""
-    root = root or repo_root()
+def write_all(root: Path) -> List[Path]:
+    """Write the upstream blobs and the whole small trace set of the checkout ``root``; return
+    the files written."""
     written = []
     for path, data in upstream_blobs(root).items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
         written.append(path)
-    small = small_root()
+    small = root / "small"
     records, blobs = small_set()
     for rel, data in blobs.items():
         path = small / rel
@@ -160,13 +158,13 @@ def write_all(root: Path = None) -> List[Path]:
     return written
 
 
-def verify_all(root: Path = None) -> List[str]:
-    """Files whose committed bytes differ from a fresh regeneration (empty list: all match)."""
-    root = root or repo_root()
+def verify_all(root: Path) -> List[str]:
+    """Files of the checkout ``root`` whose bytes differ from a fresh regeneration (empty list:
+    all match)."""
     stale = []
     expected = dict(upstream_blobs(root))
     records, blobs = small_set()
-    small = small_root()
+    small = root / "small"
     expected.update({small / rel: data for rel, data in blobs.items()})
     expected[workloads_path(small)] = "".join(json.dumps(r) + "\n" for r in records).encode()
     expected[definition_path(small)] = definition_path(root).read_bytes()

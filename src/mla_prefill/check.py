@@ -11,13 +11,17 @@ from mla_prefill.io import (
     DEFINITION_NAME,
     INDEX_INPUTS,
     definition_path,
+    is_checkout,
     iter_workload_lines,
+    missing_blob_advice,
     resolve_blob,
     traces_dir,
     workloads_path,
 )
 from mla_prefill.kernel.validate import index_data_problems
 from mla_prefill.pack import SOLUTIONS, stale_sources
+
+RESULTS = "benchmarks/results"  # committed GPU evidence, relative to a checkout
 
 
 @dataclass
@@ -91,7 +95,7 @@ def _check_workload(root: Path, definition, wl, dataset: Optional[Path], problem
         if not path.exists():
             bad(
                 f"inputs.{name}",
-                f"blob {spec.path} not found; run `mla-prefill blobs` or pass --dataset",
+                f"blob {spec.path} not found; {missing_blob_advice(root)}",
             )
             continue
         import safetensors.torch as st
@@ -134,8 +138,8 @@ def _check_solutions(root: Path, problems: List[Problem]) -> None:
         except Exception as e:
             problems.append(Problem(str(path), "solution", f"does not match the schema: {e}"))
             continue
-        if record.get("name") in SOLUTIONS:
-            stale = stale_sources(path)
+        if record.get("name") in SOLUTIONS and is_checkout(root):
+            stale = stale_sources(path, root)
             if stale:
                 problems.append(
                     Problem(
@@ -159,15 +163,17 @@ def _check_traces(root: Path, problems: List[Problem]) -> None:
 
 
 def _check_gpu_evidence(root: Path, problems: List[Problem]) -> None:
-    """The committed GPU fuzz results must describe the kernel sources as they are now."""
+    """The committed GPU fuzz results must describe the checkout's kernel sources as they are."""
     from mla_prefill.fuzz import kernel_sha256
 
-    current = kernel_sha256()
+    if not is_checkout(root):
+        return
+    current = kernel_sha256(root / "src" / "mla_prefill" / "kernel")
     for name, target in (
         ("fuzz-h200.json", ""),
         ("fuzz-b200-configs-on-h200.json", " --target b200"),
     ):
-        path = root / "benchmarks" / name
+        path = root / RESULTS / name
         if not path.exists():
             continue
         recorded = json.loads(path.read_text()).get("kernel_sha256")
@@ -178,7 +184,7 @@ def _check_gpu_evidence(root: Path, problems: List[Problem]) -> None:
                     "kernel_sha256",
                     f"recorded {str(recorded)[:12]}..., the kernel sources hash to "
                     f"{current[:12]}...: the GPU fuzz describes other code; re-run "
-                    f"`python -m mla_prefill.fuzz --n 1000{target} --output benchmarks/{name}` "
+                    f"`python -m mla_prefill.fuzz --n 1000{target} --output {RESULTS}/{name}` "
                     "on a GPU (scripts/gpu_check.sh) and commit it with the kernel change",
                 )
             )

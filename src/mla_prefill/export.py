@@ -2,7 +2,9 @@
 
 Layout (the upstream dataset's): ``definitions/mla_paged/<def>.json``,
 ``solutions/mla_paged/<def>/<solution>.json``, ``traces/mla_paged/<def>.jsonl`` (the solution's
-traces), ``workloads/mla_paged/<def>.jsonl`` (the traced workloads, blob paths unchanged).
+traces), ``workloads/mla_paged/<def>.jsonl`` (the traced workloads, blob paths unchanged) and the
+blob files those workloads name. The bundle is a trace set of its own: ``mla-prefill check
+--root BUNDLE`` validates it and ``mla-prefill run --root BUNDLE`` replays it.
 """
 
 import argparse
@@ -14,8 +16,9 @@ from mla_prefill.io import (
     DEFINITION_NAME,
     OP_TYPE,
     definition_path,
+    find_root,
+    is_trace_set,
     load_workloads,
-    repo_root,
     traces_dir,
     workloads_path,
 )
@@ -25,16 +28,22 @@ from mla_prefill.replay import read_traces, trace_file
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("output", help="folder to write the bundle into (must not exist)")
-    p.add_argument("--solution", default=SOLUTION_NAME)
+    p.add_argument("--root", default=None, help="trace set to export from (default: the one "
+                   "at or above the current directory)")  # fmt: skip
+    p.add_argument("--solution", default=SOLUTION_NAME, help="the solution to export")
     p.add_argument("--hardware", default=None, help="only traces from this hardware (exact name)")
 
 
-def export(output: Path, solution: str = SOLUTION_NAME, hardware: str = None) -> dict:
-    root = repo_root()
+def export(
+    output: Path, solution: str = SOLUTION_NAME, hardware: str = None, root: Path = None
+) -> dict:
+    root = root or find_root()
     src = solution_path(root, solution)
+    if not src.exists() and is_trace_set(root.parent):  # a checkout's small/ set
+        src = solution_path(root.parent, solution)
     if not src.exists():
         raise SystemExit(f"export: no solution JSON {src}; run `mla-prefill pack`")
-    stale = stale_sources(src)
+    stale = stale_sources(src, src.parents[3])
     if stale:
         raise SystemExit(
             f"export: {src.name} is stale ({', '.join(stale)}); run `mla-prefill pack`"
@@ -56,9 +65,13 @@ def export(output: Path, solution: str = SOLUTION_NAME, hardware: str = None) ->
     shutil.copyfile(src, sol_dir / src.name)
     wpath = workloads_path(output)
     wpath.parent.mkdir(parents=True)
-    wpath.write_text(
-        "".join(json.dumps(w.record) + "\n" for w in load_workloads(root) if w.uuid in uuids)
-    )
+    exported = [w for w in load_workloads(root) if w.uuid in uuids]
+    wpath.write_text("".join(json.dumps(w.record) + "\n" for w in exported))
+    for w in exported:  # the index blobs, so that the bundle replays on its own
+        for spec in w.workload["inputs"].values():
+            if spec.get("type") == "safetensors" and not (output / spec["path"]).exists():
+                (output / spec["path"]).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(root / spec["path"], output / spec["path"])
     tpath = output / "traces" / OP_TYPE / f"{DEFINITION_NAME}.jsonl"
     tpath.parent.mkdir(parents=True)
     tpath.write_text("".join(json.dumps(t) + "\n" for t in traces))
@@ -66,8 +79,15 @@ def export(output: Path, solution: str = SOLUTION_NAME, hardware: str = None) ->
 
 
 def validate_bundle(output: Path, solution: str, n_traces: int) -> dict:
-    """Load the bundle back with flashinfer-bench and check what it holds."""
+    """Load the bundle back with flashinfer-bench, check what it holds, and check it as a trace
+    set of its own (``mla-prefill check``'s rules)."""
     from flashinfer_bench import TraceSet
+
+    from mla_prefill.check import check_trace_set
+
+    problems = check_trace_set(output)
+    if problems:
+        raise SystemExit("export: the bundle does not check: " + "; ".join(map(str, problems)))
 
     ts = TraceSet.from_path(str(output))
     names = [s.name for s in ts.solutions.get(DEFINITION_NAME, [])]
@@ -84,7 +104,7 @@ def validate_bundle(output: Path, solution: str, n_traces: int) -> dict:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    res = export(Path(args.output), args.solution, args.hardware)
+    res = export(Path(args.output), args.solution, args.hardware, find_root(args.root))
     print(
         f"exported {res['solution']}: {res['traces']} traces over {res['workloads']} workloads to {args.output} (loads back with flashinfer-bench)"
     )

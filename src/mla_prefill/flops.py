@@ -7,12 +7,13 @@ Per sequence with ``qo`` queries and ``kv`` keys (bottom-right aligned mask), th
 
 from typing import Iterable, Tuple
 
-NUM_HEADS = 16
-HEAD_CKV = 512
-HEAD_KPE = 64
+from mla_prefill.kernel.validate import HEAD_DIM_CKV as HEAD_CKV
+from mla_prefill.kernel.validate import HEAD_DIM_KPE as HEAD_KPE
+from mla_prefill.kernel.validate import NUM_QO_HEADS as NUM_HEADS
+
 BF16 = 2
 FP32 = 4
-MATMUL_CEILING_TFLOPS = 790.0  # bf16 matmul measured on an H200 of this workplace (device notes)
+MATMUL_CEILING_TFLOPS = 790.0  # bf16 matmul measured on the H200 used for benchmarks/results/
 
 
 def attended_pairs(lengths: Iterable[Tuple[int, int]]) -> int:

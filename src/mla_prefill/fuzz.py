@@ -1,11 +1,8 @@
-"""Random batches checked against an fp32 reference: the property-based CPU suite and the GPU sweep.
-
-``reference_fast`` is the definition's math vectorised per sequence (chunked over queries) so that
-batches of thousands of tokens can be checked; the CPU tests pin it to the definition's own
-``reference`` on the small workloads, so the two cannot drift apart.
-"""
+"""Random batches checked against an fp32 reference (``accuracy.reference_fast``): the
+property-based CPU suite and the GPU sweep."""
 
 import argparse
+import ast
 import functools
 import hashlib
 import io
@@ -21,6 +18,14 @@ from typing import Callable, List, Optional, Tuple
 
 import torch
 
+from mla_prefill.accuracy import (
+    ATOL,
+    RTOL,
+    compare,
+    draw_inputs,
+    poisoned_outputs,
+    reference_fast,
+)
 from mla_prefill.io import INPUTS, write_text_atomic
 from mla_prefill.kernel.config import pools_ranges
 
@@ -47,62 +52,16 @@ def make_batch_inputs(batch: Batch, device: str) -> dict:
         pages = rng.sample(range(batch.num_pages), n)
     if n:
         pages[rng.randrange(n)] = batch.num_pages - 1
-    # drawn on the device itself: a 600K-page cache takes seconds to draw on the host
-    g = torch.Generator(device=device).manual_seed(batch.seed)
-    T = qo[-1]
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=g, device=device).to(torch.bfloat16)
-
-    return {
-        "q_nope": randn(T, 16, 512),
-        "q_pe": randn(T, 16, 64),
-        "ckv_cache": randn(batch.num_pages, 1, 512),
-        "kpe_cache": randn(batch.num_pages, 1, 64),
-        "qo_indptr": torch.tensor(qo, dtype=torch.int32, device=device),
-        "kv_indptr": torch.tensor(kv, dtype=torch.int32, device=device),
-        "kv_indices": torch.tensor(pages, dtype=torch.int32, device=device),
-        "sm_scale": 1.0 / math.sqrt(192.0),
+    index = {
+        "qo_indptr": torch.tensor(qo, dtype=torch.int32),
+        "kv_indptr": torch.tensor(kv, dtype=torch.int32),
+        "kv_indices": torch.tensor(pages, dtype=torch.int32),
     }
+    # drawn on the device itself: a 600K-page cache takes seconds to draw on the host
+    return draw_inputs(qo[-1], batch.num_pages, index, 1.0 / math.sqrt(192.0), device, batch.seed)
 
 
 ARGS = INPUTS
-
-
-@torch.no_grad()
-def reference_fast(
-    q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices, sm_scale, chunk=512
-):
-    """fp32 reference, same semantics as the definition's (rows with no key: output 0, lse -inf)."""
-    T = q_nope.shape[0]
-    out = torch.zeros(T, 16, 512, dtype=torch.bfloat16, device=q_nope.device)
-    lse = torch.full((T, 16), -float("inf"), dtype=torch.float32, device=q_nope.device)
-    qo = qo_indptr.tolist()
-    kv = kv_indptr.tolist()
-    ckv = ckv_cache[:, 0].float()
-    kpe = kpe_cache[:, 0].float()
-    for b in range(len(qo) - 1):
-        q0, q1, k0, k1 = qo[b], qo[b + 1], kv[b], kv[b + 1]
-        if q1 <= q0 or k1 <= k0:
-            continue
-        pages = kv_indices[k0:k1].long()
-        kc, kp = ckv[pages], kpe[pages]
-        prefix = (k1 - k0) - (q1 - q0)
-        cols = torch.arange(k1 - k0, device=q_nope.device)
-        for c0 in range(q0, q1, chunk):
-            c1 = min(c0 + chunk, q1)
-            qn = q_nope[c0:c1].float()
-            qp = q_pe[c0:c1].float()
-            s = (
-                torch.einsum("thd,kd->thk", qn, kc) + torch.einsum("thd,kd->thk", qp, kp)
-            ) * sm_scale
-            rows = torch.arange(c0 - q0, c1 - q0, device=q_nope.device) + prefix
-            s.masked_fill_((cols[None, :] > rows[:, None])[:, None, :], -float("inf"))
-            lse[c0:c1] = torch.logsumexp(s, dim=-1) / math.log(2.0)
-            out[c0:c1] = torch.einsum("thk,kd->thd", torch.softmax(s, dim=-1), kc).to(
-                torch.bfloat16
-            )
-    return out, lse
 
 
 def random_batch(
@@ -133,7 +92,7 @@ def random_batch(
 
 
 def check_batch(
-    batch: Batch, device: str, fn=None, atol=1e-2, rtol=1e-2, target: Optional[str] = None
+    batch: Batch, device: str, fn=None, atol=ATOL, rtol=RTOL, target: Optional[str] = None
 ) -> dict:
     """Run ``fn`` (default: our kernel) on poisoned outputs, compare every element with the reference."""
     from mla_prefill.kernel.main import mla_paged_prefill
@@ -142,14 +101,10 @@ def check_batch(
     inputs = make_batch_inputs(batch, device)
     args = [inputs[k] for k in ARGS]
     T = inputs["q_nope"].shape[0]
-    out = torch.full((T, 16, 512), float("nan"), dtype=torch.bfloat16, device=device)
-    lse = torch.full((T, 16), float("nan"), dtype=torch.float32, device=device)
+    out, lse = poisoned_outputs(T, device)
     fn(*args, out, lse)
     ref_out, ref_lse = reference_fast(*args)
-    o, r = out.float(), ref_out.float()
-    bad_o = ~((o - r).abs() <= atol + rtol * r.abs())
-    both_inf = torch.isinf(ref_lse) & (lse == ref_lse)
-    bad_l = ~(((lse - ref_lse).abs() <= atol + rtol * ref_lse.abs()) | both_inf)
+    res = compare(out, lse, ref_out, ref_lse, atol, rtol)
     return {
         "total_q": T,
         "batch_size": len(batch.lengths),
@@ -159,10 +114,10 @@ def check_batch(
         "empty_seqs": sum(1 for q, k in batch.lengths if q == 0 or k == 0),
         "duplicate_pages": batch.duplicate_pages,
         **_launch(batch, device, target),
-        "bad_output": int(bad_o.sum()),
-        "bad_lse": int(bad_l.sum()),
-        "max_abs_err": float((o - r).abs().nan_to_num(float("inf")).max()) if T else 0.0,
-        "ok": bool(not bad_o.any() and not bad_l.any()),
+        "bad_output": res["mismatched_out"],
+        "bad_lse": res["mismatched_lse"],
+        "max_abs_err": res["max_abs_err_out"],
+        "ok": res["correct"],
     }
 
 
@@ -194,7 +149,7 @@ def coverage(results: List[dict]) -> dict:
         "gluon_kv_split_path": sum(
             r.get("kernel") == "gluon" and r["num_splits"] > 1 for r in results
         ),
-        # 1-token split tiles: the pooled kernel (results before session 9 lack block_t)
+        # 1-token split tiles: the pooled kernel (older result files lack block_t)
         "pooled_kv_split_path": sum(
             r["num_splits"] > 1 and pools_ranges(r.get("block_t"), r.get("kernel")) for r in results
         ),
@@ -203,21 +158,50 @@ def coverage(results: List[dict]) -> dict:
     }
 
 
+def _docstring_spans(text: str) -> List[Tuple[int, int, int, int]]:
+    """(row, col, end_row, end_col) of every docstring: the first statement of the module, a class
+    or a function when it is a string (positions are 1-based rows, 0-based columns)."""
+    spans = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
+                spans.append(
+                    (first.lineno, first.col_offset, first.end_lineno, first.end_col_offset)
+                )
+    return spans
+
+
+def code_only(text: str) -> str:
+    """``text`` without comments, docstrings and blank lines: what the interpreter runs. Found
+    by position (Python's tokenizer for comments, its parser for docstrings), so the result is
+    the same on every Python version."""
+    lines = text.splitlines()
+    for row, col, end_row, end_col in _docstring_spans(text):
+        if row == end_row:
+            lines[row - 1] = lines[row - 1][:col] + lines[row - 1][end_col:]
+        else:
+            lines[row - 1] = lines[row - 1][:col]
+            for r in range(row, end_row - 1):
+                lines[r] = ""
+            lines[end_row - 1] = lines[end_row - 1][end_col:]
+    for tok in tokenize.generate_tokens(io.StringIO("\n".join(lines) + "\n").readline):
+        if tok.type == tokenize.COMMENT:
+            row, col = tok.start
+            lines[row - 1] = lines[row - 1][:col]
+    return "\n".join(line.rstrip() for line in lines if line.strip())
+
+
 def kernel_sha256(folder: Optional[Path] = None) -> str:
-    """Hash of the packed kernel sources without their comments and blank lines: ties a sweep's
-    results to the code that produced them, and editing a comment keeps the evidence valid (any
-    change to code, docstrings included, does not). Comments are found by Python's tokenizer and
-    cut from the text, so the hash is the same on every Python version."""
+    """Hash of the packed kernel sources' code (``code_only``): ties a result to the code that
+    produced it, and editing prose (comments, docstrings) keeps the evidence valid."""
     h = hashlib.sha256()
     for f in sorted((folder or Path(__file__).parent / "kernel").glob("*.py")):
-        text = f.read_text()
-        lines = text.splitlines()
-        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
-            if tok.type == tokenize.COMMENT:
-                row, col = tok.start
-                lines[row - 1] = lines[row - 1][:col]
-        code = "\n".join(line.rstrip() for line in lines if line.strip())
-        h.update(f.name.encode() + b"\0" + code.encode() + b"\0")
+        h.update(f.name.encode() + b"\0" + code_only(f.read_text()).encode() + b"\0")
     return h.hexdigest()
 
 

@@ -35,13 +35,54 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 def repo_root() -> Path:
-    """The trace-set root this package lives in (the repository root)."""
+    """The checkout these sources sit in (for the tests, which run from a checkout). Commands
+    never use it: they act on ``find_root``'s trace set."""
     return Path(__file__).resolve().parents[2]
 
 
 def small_root() -> Path:
-    """Root of the small CPU trace set (same definition, tiny caches)."""
+    """The small CPU trace set of ``repo_root`` (same definition, tiny caches)."""
     return repo_root() / "small"
+
+
+def is_trace_set(path: Path) -> bool:
+    return definition_path(path).is_file()
+
+
+def find_root(explicit: Optional[str] = None) -> Path:
+    """The trace set a command acts on: ``--root`` when given, else the nearest folder at or
+    above the current directory that holds the definition (a checkout of this repository, an
+    ``export`` bundle, or an official dataset clone). Never the checkout the package was
+    installed from."""
+    rel = definition_path(Path("."))
+    if explicit:
+        root = Path(explicit).resolve()
+        if not is_trace_set(root):
+            raise SystemExit(
+                f"--root {explicit}: no {rel} there; pass a checkout of mla-prefill, an export "
+                "bundle or a dataset clone"
+            )
+        return root
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if is_trace_set(folder):
+            return folder
+    raise SystemExit(
+        f"no trace set at or above {here} (a folder holding {rel}): run the command from a "
+        "checkout of mla-prefill, or pass --root"
+    )
+
+
+def small_set(root: Path) -> Optional[Path]:
+    """``root/small``, the checkout's small CPU trace set, if it has one."""
+    small = root / "small"
+    return small if is_trace_set(small) else None
+
+
+def is_checkout(root: Path) -> bool:
+    """Whether ``root`` is a checkout of this repository (it has the package's sources), as
+    opposed to an export bundle or a dataset clone."""
+    return (root / "src" / "mla_prefill" / "kernel" / "main.py").is_file()
 
 
 def definition_path(root: Path) -> Path:
@@ -94,17 +135,25 @@ class WorkloadLine:
         return f"{self.path}:{self.line} (workload {self.uuid[:8]})"
 
 
+class TraceFileError(ValueError):
+    """A JSONL line of a trace set that does not parse; the message says where."""
+
+
 def iter_workload_lines(path: Path) -> Iterator[WorkloadLine]:
-    """Parse a workloads/traces JSONL file; a bad line raises with ``path:line``."""
+    """Parse a workloads/traces JSONL file; a bad line raises ``TraceFileError`` with
+    ``path:line:column``."""
     with open(path) as f:
         for lineno, text in enumerate(f, start=1):
             if not text.strip():
                 continue
+            # without its newline: an error at the end of the line is at its last column + 1,
+            # not at column 1 of a line after it
+            text = text.rstrip("\r\n")
             try:
                 record = json.loads(text)
             except json.JSONDecodeError as e:
-                raise ValueError(
-                    f"{path}:{lineno}: not valid JSON ({e.msg} at column {e.colno})"
+                raise TraceFileError(
+                    f"{path}:{lineno}:{e.colno}: not valid JSON ({e.msg} at column {e.colno})"
                 ) from e
             yield WorkloadLine(path, lineno, record)
 
@@ -128,6 +177,18 @@ def resolve_blob(root: Path, rel_path: str, dataset: Optional[Path] = None) -> P
     return root / rel_path
 
 
+def missing_blob_advice(root: Path) -> str:
+    """What to do about a missing blob under ``root``: a checkout regenerates its blobs; a bundle
+    or a dataset clone must be given them."""
+    if is_checkout(root):
+        return "run `mla-prefill blobs` to regenerate it, or pass --dataset with the dataset clone"
+    return (
+        "this trace set is not a checkout, so it cannot regenerate blobs: copy the file from the "
+        "checkout that wrote it (`mla-prefill export` copies the blobs of every exported "
+        "workload), or pass --dataset with the dataset clone"
+    )
+
+
 def load_index_tensors(
     root: Path, workload: dict, dataset: Optional[Path] = None
 ) -> Dict[str, torch.Tensor]:
@@ -143,8 +204,7 @@ def load_index_tensors(
         if not path.exists():
             raise FileNotFoundError(
                 f"workload {workload.get('uuid', '?')[:8]}: blob {spec['path']} not found under "
-                f"{root}; run `mla-prefill blobs` to regenerate it, or pass --dataset with the "
-                "official dataset clone"
+                f"{root}; {missing_blob_advice(root)}"
             )
         if path not in cache:
             cache[path] = st.load_file(str(path))

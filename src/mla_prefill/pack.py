@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from mla_prefill import __version__
-from mla_prefill.io import DEFINITION_NAME, repo_root, solutions_dir
+from mla_prefill.io import DEFINITION_NAME, is_checkout, solutions_dir
 
 AUTHOR = "mla-prefill"
 _PKG = Path(__file__).resolve().parent
@@ -20,7 +20,7 @@ _PKG = Path(__file__).resolve().parent
 @dataclass(frozen=True)
 class SolutionSpec:
     name: str
-    source_dir: Path
+    source_dir: Path  # relative to the package folder (``src/mla_prefill`` in a checkout)
     author: str
     language: str
     target_hardware: List[str]
@@ -30,7 +30,7 @@ class SolutionSpec:
 
 OURS = SolutionSpec(
     name="mla_prefill_triton_hopper",
-    source_dir=_PKG / "kernel",
+    source_dir=Path("kernel"),
     author=AUTHOR,
     language="triton",
     # run on: H200 (and H100, the same sm_90a chip); B200: every launch compiles for sm_100a,
@@ -49,7 +49,7 @@ OURS = SolutionSpec(
 )
 FLASHINFER = SolutionSpec(
     name="flashinfer_wrapper_plan_inside",
-    source_dir=_PKG / "baselines" / "flashinfer_wrapper",
+    source_dir=Path("baselines") / "flashinfer_wrapper",
     author="flashinfer (baseline, packed by mla-prefill)",
     language="python",
     target_hardware=["NVIDIA H200", "NVIDIA H100"],
@@ -60,12 +60,19 @@ SOLUTIONS: Dict[str, SolutionSpec] = {s.name: s for s in (OURS, FLASHINFER)}
 SOLUTION_NAME = OURS.name
 
 
-def sources(spec: SolutionSpec) -> List[dict]:
-    files = sorted(spec.source_dir.glob("*.py"))
+def source_folder(spec: SolutionSpec, root: Optional[Path] = None) -> Path:
+    """The solution's sources: those of the checkout ``root`` when it is one, else this
+    installed package's."""
+    base = root / "src" / "mla_prefill" if root is not None and is_checkout(root) else _PKG
+    return base / spec.source_dir
+
+
+def sources(spec: SolutionSpec, root: Optional[Path] = None) -> List[dict]:
+    files = sorted(source_folder(spec, root).glob("*.py"))
     return [{"path": p.name, "content": p.read_text()} for p in files if p.read_text().strip()]
 
 
-def build_solution(spec: SolutionSpec = OURS) -> dict:
+def build_solution(spec: SolutionSpec = OURS, root: Optional[Path] = None) -> dict:
     """The solution as a dict, validated by flashinfer-bench's ``Solution`` model."""
     from flashinfer_bench import Solution
 
@@ -80,32 +87,33 @@ def build_solution(spec: SolutionSpec = OURS) -> dict:
             "dependencies": spec.dependencies,
             "destination_passing_style": True,
         },
-        "sources": sources(spec),
+        "sources": sources(spec, root),
         "description": spec.description,
     }
     Solution.model_validate(record)
     return record
 
 
-def solution_path(root: Optional[Path] = None, name: str = SOLUTION_NAME) -> Path:
-    return solutions_dir(root or repo_root()) / f"{name}.json"
+def solution_path(root: Path, name: str = SOLUTION_NAME) -> Path:
+    return solutions_dir(root) / f"{name}.json"
 
 
 def render(record: dict) -> str:
     return json.dumps(record, indent=2) + "\n"
 
 
-def pack(root: Optional[Path] = None) -> List[Path]:
+def pack(root: Path) -> List[Path]:
+    """Write every solution JSON of ``root`` from its sources (``source_folder``)."""
     written = []
     for spec in SOLUTIONS.values():
         path = solution_path(root, spec.name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(render(build_solution(spec)))
+        path.write_text(render(build_solution(spec, root)))
         written.append(path)
     return written
 
 
-def stale_sources(path: Path) -> List[str]:
+def stale_sources(path: Path, root: Optional[Path] = None) -> List[str]:
     """Source files whose packed content differs from the solution's source folder."""
     with open(path) as f:
         record = json.load(f)
@@ -113,5 +121,5 @@ def stale_sources(path: Path) -> List[str]:
     if spec is None:
         return []
     packed = {s["path"]: s["content"] for s in record.get("sources", [])}
-    current = {s["path"]: s["content"] for s in sources(spec)}
+    current = {s["path"]: s["content"] for s in sources(spec, root)}
     return sorted(p for p in packed.keys() | current.keys() if packed.get(p) != current.get(p))

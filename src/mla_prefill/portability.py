@@ -3,7 +3,8 @@ with the installed Triton, on any machine (no GPU needed).
 
 For each target (``kernel/targets.py``) and each shape (the upstream workloads and a seeded grid
 that reaches every branch of the tile chooser), the call's launches are planned by the shipped
-code itself: ``kernel.main.dispatch`` runs on meta tensors with a recording launcher, so the
+code itself: ``kernel.plan.plan_launches`` plans them and ``kernel.main.execute`` runs the plan on
+meta tensors with a recording launcher, so the
 kernels, grids, arguments and options are exactly those of a real call. Each launch is then
 specialised by Triton's own binder (``create_function_from_signature``, as ``JITFunction.run``
 does) for the target's backend and compiled with ``triton.compile``; ``ptxas -v`` (Triton's
@@ -99,7 +100,8 @@ def plan(shape: Shape, target, gluon_api: bool) -> Tuple[object, List[dict]]:
     import torch
 
     from mla_prefill.kernel.config import choose_config
-    from mla_prefill.kernel.main import config_problems, dispatch
+    from mla_prefill.kernel.main import config_problems, execute
+    from mla_prefill.kernel.plan import TENSOR_SLOTS, CallShape, plan_launches
 
     T, B, N = shape.total_q, shape.batch, shape.num_kv
     meta = dict(device="meta")
@@ -115,16 +117,20 @@ def plan(shape: Shape, target, gluon_api: bool) -> Tuple[object, List[dict]]:
         output=torch.empty(T, 16, 512, **bf16),
         lse=torch.empty(T, 16, dtype=torch.float32, **meta),
     )
-    config = choose_config(T, B, N, target, interpret=False, gluon_api=gluon_api)
+    config = choose_config(T, B, N, target, gluon_api=gluon_api)
     bad = config_problems(config, T, target, False)
     if bad:
         raise ValueError(f"{shape.label} on {target.name}: {'; '.join(bad)}")
+    call = CallShape.of(t["q_nope"], t["q_pe"], t["ckv_cache"], t["kpe_cache"], t["output"],
+                        t["lse"], B, N)  # fmt: skip
     launches = []
 
     def record(fn, grid, args, consts, **options):
         launches.append(dict(fn=fn, grid=grid, args=args, consts=consts, options=options))
 
-    dispatch(*t.values(), 0.1352, config, target.capability, False, B, N, record)
+    tensors = [t[k] for k in TENSOR_SLOTS]
+    execute(plan_launches(call, config, target.capability, False), tensors, t["output"],
+            t["lse"], 0.1352, record)  # fmt: skip
     return config, launches
 
 
@@ -222,8 +228,15 @@ def recompile(spec: dict) -> dict:
         )
     except Exception as e:  # a launch that does not compile is a finding, not a crash
         return dict(error=f"{type(e).__name__}: {str(e).strip()[:2000]}")
-    regs, spills, report = _ptxas(k.asm["ptx"], spec["capability"])
+    ptx = k.asm["ptx"]
+    regs, spills, report = _ptxas(ptx, spec["capability"])
     out = dict(shared_bytes=k.metadata.shared, registers=regs, spills=spills)
+    # instruction facts a kernel's design relies on: asynchronous warpgroup MMAs (Hopper) and
+    # 16-byte global stores (the Gluon kernel's staged output)
+    out["ptx_counts"] = {
+        "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
+        "st_global_v4": len(re.findall(r"st\.global\.v4\.b32", ptx)),
+    }
     if regs is None or spills is None:
         out["error"] = "ptxas -v: " + report[-2000:]
     return out

@@ -24,10 +24,12 @@ from typing import Dict, List, Set, Tuple
 
 from mla_prefill.io import (
     dataset_override,
+    find_root,
+    is_trace_set,
     iter_workload_lines,
-    repo_root,
-    small_root,
+    small_set,
     traces_dir,
+    workloads_path,
     write_text_atomic,
 )
 
@@ -40,9 +42,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--workload", nargs="*", default=None, help="workload uuid prefixes (default: all)"
     )
     p.add_argument("--dataset", default=None, help="official dataset clone whose blobs to use")
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--iterations", type=int, default=50)
-    p.add_argument("--trials", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=10, help="untimed calls before each trial (GPU)")
+    p.add_argument("--iterations", type=int, default=50, help="timed calls per trial (GPU)")
+    p.add_argument(
+        "--trials", type=int, default=3, help="trials per pair; the trace keeps the median"
+    )
     p.add_argument(
         "--reference-max-q",
         type=int,
@@ -55,8 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--root",
         default=None,
-        help="trace-set root to replay (default: the repository on a GPU, small/ without one); "
-        "solutions come from it, or from the repository when it has none",
+        help="trace set to replay: a checkout, its small/ set, an export bundle or a dataset clone "
+        "(default: the one at or above the current directory on a GPU, its small/ set on the CPU); "
+        "solutions come from it, or from the checkout above a small/ set",
     )
 
 
@@ -92,17 +97,9 @@ def done_pairs(root: Path, solutions: List[str]) -> Set[Tuple[str, str]]:
 
 
 def _libs() -> Dict[str, str]:
-    import importlib.metadata as md
+    from mla_prefill.accuracy import versions
 
-    import torch
-
-    libs = {"torch": torch.__version__}
-    for dist in ("triton", "flashinfer-bench", "mla-prefill"):
-        try:
-            libs[dist] = md.version(dist)
-        except md.PackageNotFoundError:
-            pass
-    return libs
+    return versions(cuda=False)
 
 
 def failed_evaluation(status: str, log: str, hardware: str) -> dict:
@@ -122,7 +119,8 @@ def _select(args, trace_set, def_name):
         missing = set(args.solution) - {s.name for s in solutions}
         if missing:
             raise SystemExit(
-                f"mla-prefill run: no solution named {sorted(missing)}; see solutions/"
+                f"mla-prefill run: no solution named {', '.join(sorted(missing))}; this trace set "
+                f"has: {', '.join(sorted(s.name for s in solutions)) or 'none'}"
             )
         solutions = [s for s in solutions if s.name in args.solution]
     workloads = [w.workload for w in trace_set.workloads.get(def_name, [])]
@@ -169,10 +167,17 @@ def _run(args: argparse.Namespace, on_gpu: bool) -> int:
 
     from mla_prefill.io import DEFINITION_NAME
 
-    root = Path(args.root) if args.root else (repo_root() if on_gpu else small_root())
+    root = find_root(args.root)
+    if not args.root and not on_gpu:
+        root = small_set(root) or root  # the interpreter cannot replay 1 GB caches
+    for path in [workloads_path(root), *sorted(traces_dir(root).rglob("*.jsonl"))]:
+        if path.exists():
+            for _ in iter_workload_lines(path):  # a bad line: path:line:column, not a traceback
+                pass
     trace_set = TraceSet.from_path(str(root))
-    if not trace_set.solutions.get(DEFINITION_NAME):  # e.g. small/ shares the repo's solutions
-        trace_set.solutions = TraceSet.from_path(str(repo_root())).solutions
+    if not trace_set.solutions.get(DEFINITION_NAME) and is_trace_set(root.parent):
+        # a checkout's small/ set shares the checkout's solutions
+        trace_set.solutions = TraceSet.from_path(str(root.parent)).solutions
     solutions, workloads = _select(args, trace_set, DEFINITION_NAME)
     if not on_gpu:
         for s in [s for s in solutions if _needs_cuda(s)]:
@@ -283,9 +288,8 @@ class _InterpreterRunner:
         self.registry = BuilderRegistry.get_instance()
 
     def run(self, definition, workload, solutions, root: Path) -> Dict[str, dict]:
-        import torch
-
-        from mla_prefill.bench import compare, make_inputs
+        from mla_prefill.accuracy import compare, poisoned_outputs
+        from mla_prefill.bench import make_inputs
         from mla_prefill.io import load_index_tensors, reference_fn
 
         record = workload.model_dump(mode="json")
@@ -298,8 +302,7 @@ class _InterpreterRunner:
         for sol in solutions:
             try:
                 runnable = self.registry.build(definition, sol)
-                o = torch.full_like(ref_out, float("nan"))
-                lse = torch.full_like(ref_lse, float("nan"))
+                o, lse = poisoned_outputs(ref_out.shape[0], "cpu")
                 t0 = time.perf_counter()
                 runnable(*args, o, lse)
                 ms = (time.perf_counter() - t0) * 1e3

@@ -32,7 +32,7 @@ Design (FlashAttention-2 style online softmax, Dao 2023, in base 2 as in Triton'
   program is spent on a range past a sequence's end unless the sequence is short).
   ``_combine_kernel`` merges the normalised partial outputs by their base-2 lse. On sm_90+ it is
   a programmatic dependent launch of the split kernel, so its launch overlaps the split's end
-  (ed999c80: 23.6 -> 22.3 us, NOTES.md session 10).
+  (ed999c80: 23.6 -> 22.3 us, measured 2026-12-03; docs/design.md).
 """
 
 import os
@@ -80,7 +80,7 @@ def _attend_kv_range(
     The page indices of a step are loaded one step ahead, so the gather's addresses come from a
     loop-carried value: Triton's pipeliner then gives the gathered rows ``num_stages - 1``
     buffers in flight. Loaded in the same step (index -> rows), it kept one buffer and waited for
-    every gather (NOTES.md, kernel v4d).
+    every gather (measured 2026-12-02; docs/design.md).
     """
     offs_n = tl.arange(0, BLOCK_N)
     offs_ckv = tl.arange(0, HEAD_CKV)
@@ -238,7 +238,7 @@ def _mla_prefill_kernel(
     # round trip on it shows); 64-row tiles have no registers to spare for it. (b) All 16 rows
     # share one causal limit, so the only mask is the range's end and one masked loop does the
     # whole range; the kernel's code shrinks by a third (2072 -> 1304 SASS instructions at 32-key
-    # steps), measured 0.3-1 us faster (NOTES.md, session 7)
+    # steps), measured 0.3-1 us faster (2026-12-03)
     ONE_TOKEN: tl.constexpr = BLOCK_T == 1
     # a split of 1-token tiles pools the ranges of all tokens instead (_mla_pooled_split_kernel)
     tl.static_assert(BLOCK_T > 1 or MIN_CHUNK == 0, "1-token tiles are split by the pooled kernel")

@@ -136,7 +136,6 @@ def choose_config(
     batch: int,
     num_kv_indices: int,
     target: Target = DEFAULT_TARGET,
-    interpret: bool = False,
     gluon_api: bool = True,
 ) -> KernelConfig:
     """Pick tiles from shapes and the target GPU's facts (SM count, capability, shared memory).
@@ -154,7 +153,7 @@ def choose_config(
       split decode batch). Past one wave they take 8 warps too: at 4, 32-key steps over 3 stages spill
       (24-56 B on sm_90 and sm_100, depending on how Triton specialises the call).
     - Otherwise the Gluon kernel's 64-row tiles where it runs (sm_90 with Triton 3.6's Gluon
-      API, never under the interpreter: 1.27-1.88x the Triton kernel from 199 tokens up), else
+      API; ``gluon_api`` is False where it cannot run, e.g. the interpreter: 1.27-1.88x the Triton kernel from 199 tokens up), else
       the Triton kernel's 2-token tiles (``docs/design.md``). Every Triton tile then takes the
       deepest pipeline that fits the target's shared memory (``_fit``).
     - When the query tiles leave SMs idle, sequences average >= 256 KV positions and the prefix
@@ -169,7 +168,7 @@ def choose_config(
     batch = max(batch, 1)
     num_sms = target.num_sms
     avg_kv = num_kv_indices / batch
-    gluon = gluon_api and target.capability == 90 and not interpret
+    gluon = gluon_api and target.capability == 90
     # the prefix dominates: a tile's KV range is split when the tiles leave SMs idle (below)
     long_prefix = avg_kv >= 256 and num_kv_indices >= 2 * total_q
     # 16-row tiles up to 2.5 waves, or 1.25 where the Gluon kernel takes the 64-row ones
@@ -198,8 +197,6 @@ def choose_config(
     kernel = "gluon" if gluon and block_t == 4 else "triton"
     if kernel == "triton":
         block_n, num_stages = _fit(block_t, block_n, num_stages, target)
-    if interpret:
-        block_n = 16  # the interpreter ignores warps/stages; small steps exercise the loop bounds
     num_tiles = -(-total_q // block_t)
     num_splits = 1
     if num_tiles < num_sms and long_prefix:

@@ -9,7 +9,7 @@ facts only, no code taken):
   ``P`` (bf16) and the row rescale factor to shared memory, and accumulates output columns
   [256, 512). Per block it is serial, as FlashInfer's consumer is: ``Q K^T``, wait, softmax,
   ``P V``, wait, release (issuing ``Q K^T`` of block j+1 before the softmax of block j was 1.3x
-  slower with two stages: it exposes a full gather per block; benchmarks/NOTES.md, session 4).
+  slower with two stages: it exposes a full gather per block; docs/rejected.md).
 - the *loader* warpgroup gathers every KV block with cp.async (page indices loaded one block
   ahead; rows past the range re-read the range's last page, so no copy is predicated), signals
   arrival through an mbarrier (``cp.async.mbarrier.arrive.noinc``, one arrival per thread), and
@@ -41,6 +41,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 HALF = gl.constexpr(256)  # output columns per warpgroup; ckv is stored as two halves
 NUM_STAGES = gl.constexpr(2)  # gathered KV blocks in shared memory
+LOADER_WARPS = gl.constexpr(4)  # the loader partition: one warpgroup
+# every loader thread arrives on a stage's `ready` barrier once its own cp.async copies landed
+LOADER_THREADS = gl.constexpr(32 * 4)
 # 16-byte cp.async per thread: a warp per 256-column row; 4 rows of 64 columns per warp for kpe
 LD_KV = gl.constexpr(gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0]))
 LD_PE = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0]))
@@ -229,12 +232,18 @@ def _pv_lo(acc, g, kv_lo, pe_bufs, alpha_s, p_ready):
 
 @gluon.jit
 def _loader_partition(
-    ckv_ptr, kpe_ptr, qo_indptr_ptr, kv_indptr_ptr, kv_indices_ptr, out_ptr,
-    stride_ckv_p, stride_kpe_p, stride_o_s, stride_o_t, stride_o_h, total_q, batch,
-    q_hi, kv_lo, kv_hi, pe_bufs, alpha_s, l_s, ready, empty, p_ready, fin,
+    seqs, cache, out, smem, bars,
     NUM_HEADS: gl.constexpr, HEAD_KPE: gl.constexpr, BLOCK_T: gl.constexpr,
     BLOCK_N: gl.constexpr, MIN_CHUNK: gl.constexpr, OFFS32: gl.constexpr,
 ):  # fmt: skip
+    """``seqs``: (qo_indptr, kv_indptr, total_q, batch); ``cache``: (ckv, kpe, kv_indices,
+    ckv and kpe page strides); ``out``: (output, its split, token and head strides); ``smem``
+    and ``bars``: the kernel's shared buffers and barriers (``_mla_prefill_ws_kernel``)."""
+    qo_indptr_ptr, kv_indptr_ptr, total_q, batch = seqs
+    ckv_ptr, kpe_ptr, kv_indices_ptr, stride_ckv_p, stride_kpe_p = cache
+    out_ptr, stride_o_s, stride_o_t, stride_o_h = out
+    q_lo, q_hi, q_pe, kv_lo, kv_hi, pe_bufs, alpha_s, l_s = smem
+    ready, empty, p_ready, fin = bars
     BLOCK_M: gl.constexpr = BLOCK_T * NUM_HEADS
     offs_m = gl.arange(0, BLOCK_M, layout=ROW_O)
     offs_d = gl.arange(0, HALF, layout=gl.SliceLayout(0, O_LAYOUT))
@@ -328,14 +337,19 @@ def _publish_p(p, alpha, g, pe_bufs, alpha_s, p_ready):
 
 @gluon.jit
 def _softmax_partition(
-    q_nope_ptr, q_pe_ptr, qo_indptr_ptr, kv_indptr_ptr, out_ptr, lse_ptr,
-    stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h,
-    stride_o_s, stride_o_t, stride_o_h, stride_l_s, stride_l_t, stride_l_h,
-    total_q, batch, qk_scale,
-    q_lo, q_hi, q_pe, kv_lo, kv_hi, pe_bufs, alpha_s, l_s, ready, empty, p_ready, fin,
+    seqs, queries, out, lse_out, qk_scale, smem, bars,
     NUM_HEADS: gl.constexpr, HEAD_KPE: gl.constexpr, BLOCK_T: gl.constexpr,
     BLOCK_N: gl.constexpr, MIN_CHUNK: gl.constexpr,
 ):  # fmt: skip
+    """``seqs``: (qo_indptr, kv_indptr, total_q, batch); ``queries``: (q_nope, q_pe, their token
+    and head strides); ``out``/``lse_out``: each destination with its split, token and head
+    strides; ``smem`` and ``bars``: as the loader's."""
+    qo_indptr_ptr, kv_indptr_ptr, total_q, batch = seqs
+    q_nope_ptr, q_pe_ptr, stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h = queries
+    out_ptr, stride_o_s, stride_o_t, stride_o_h = out
+    lse_ptr, stride_l_s, stride_l_t, stride_l_h = lse_out
+    q_lo, q_hi, q_pe, kv_lo, kv_hi, pe_bufs, alpha_s, l_s = smem
+    ready, empty, p_ready, fin = bars
     BLOCK_M: gl.constexpr = BLOCK_T * NUM_HEADS
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
@@ -470,28 +484,25 @@ def _mla_prefill_ws_kernel(
     p_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     fin = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(NUM_STAGES):
-        mbarrier.init(ready.index(i), count=128)  # one cp.async arrival per loader thread
+        mbarrier.init(ready.index(i), count=LOADER_THREADS)  # one cp.async arrival per thread
         mbarrier.init(empty.index(i), count=1)
         mbarrier.init(p_ready.index(i), count=1)
     mbarrier.init(fin.index(0), count=1)
 
+    smem = (q_lo, q_hi, q_pe, kv_lo, kv_hi, pe_bufs, alpha_s, l_s)
+    bars = (ready, empty, p_ready, fin)
+    seqs = (qo_indptr_ptr, kv_indptr_ptr, total_q, batch)
+    out = (out_ptr, stride_o_s, stride_o_t, stride_o_h)
+    queries = (q_nope_ptr, q_pe_ptr, stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h)
+    lse_out = (lse_ptr, stride_l_s, stride_l_t, stride_l_h)
+    cache = (ckv_ptr, kpe_ptr, kv_indices_ptr, stride_ckv_p, stride_kpe_p)
     gl.warp_specialize(
         [
-            (_softmax_partition, (
-                q_nope_ptr, q_pe_ptr, qo_indptr_ptr, kv_indptr_ptr, out_ptr, lse_ptr,
-                stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h,
-                stride_o_s, stride_o_t, stride_o_h, stride_l_s, stride_l_t, stride_l_h,
-                total_q, batch, qk_scale,
-                q_lo, q_hi, q_pe, kv_lo, kv_hi, pe_bufs, alpha_s, l_s, ready, empty, p_ready, fin,
-                NUM_HEADS, HEAD_KPE, BLOCK_T, BLOCK_N, MIN_CHUNK,
-            )),
-            (_loader_partition, (
-                ckv_ptr, kpe_ptr, qo_indptr_ptr, kv_indptr_ptr, kv_indices_ptr, out_ptr,
-                stride_ckv_p, stride_kpe_p, stride_o_s, stride_o_t, stride_o_h, total_q, batch,
-                q_hi, kv_lo, kv_hi, pe_bufs, alpha_s, l_s, ready, empty, p_ready, fin,
-                NUM_HEADS, HEAD_KPE, BLOCK_T, BLOCK_N, MIN_CHUNK, OFFS32,
-            )),
+            (_softmax_partition, (seqs, queries, out, lse_out, qk_scale, smem, bars,
+                                  NUM_HEADS, HEAD_KPE, BLOCK_T, BLOCK_N, MIN_CHUNK)),
+            (_loader_partition, (seqs, cache, out, smem, bars,
+                                 NUM_HEADS, HEAD_KPE, BLOCK_T, BLOCK_N, MIN_CHUNK, OFFS32)),
         ],
-        [4],
-        [256],
+        [LOADER_WARPS],
+        [256],  # registers per loader thread
     )  # fmt: skip

@@ -3,7 +3,7 @@
 ``kernel[grid](*args, **kwargs)`` binds every argument, specialises it (``native_specialize_impl``)
 and builds a string cache key from the specialisation and the options on every call: ~20 us of
 host time per launch on the H200 machine's host, the largest part of our ~54 us per call against
-FlashInfer's ~27 (NOTES.md, session 13, call 2). ``launch`` sends the first call of each argument
+FlashInfer's ~27 (measured 2026-12-03; docs/design.md, host time). ``launch`` sends the first call of each argument
 class through Triton, keeps the ``CompiledKernel`` Triton returns, and calls its launcher directly
 (``CompiledKernel.run``, as ``JITFunction.run`` itself does) for later calls of the same class.
 

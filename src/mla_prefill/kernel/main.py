@@ -5,7 +5,6 @@ This folder is packed verbatim into the solution JSON, so it imports nothing fro
 """
 
 import functools
-import math
 from typing import Optional, Tuple, Union
 
 import torch
@@ -20,18 +19,29 @@ from .attention import (
 )
 from .config import MAX_POOLED_TOKENS, KernelConfig, choose_config
 from .launch import launch
+from .plan import (
+    ARG_LSE,
+    ARG_OUT,
+    ARG_PART_LSE,
+    ARG_PART_O,
+    ARG_SCALE,
+    ARG_TABLE,
+    LOG2E,
+    TENSOR_SLOTS,
+    CallShape,
+    LaunchPlan,
+    partial_elements,
+    plan_launches,
+)
 from .targets import DEFAULT_TARGET, Target, device_target, target_named
 from .validate import (
     HEAD_DIM_CKV,
-    HEAD_DIM_KPE,
     NUM_QO_HEADS,
     check_index_data,
     check_inputs,
     sm_scale_value,
     validation_requested,
 )
-
-LOG2E = 1.0 / math.log(2.0)
 
 
 @functools.lru_cache(maxsize=None)
@@ -69,7 +79,8 @@ def default_config(
     target: Union[None, str, Target] = None,
 ) -> KernelConfig:
     """The launch configuration ``mla_paged_prefill`` picks for these shapes on ``device`` (or,
-    when given, for ``target``: the tiles that GPU would get)."""
+    when given, for ``target``: the tiles that GPU would get). Under the interpreter: the
+    default target's tiles, without the Gluon kernel (it cannot be interpreted)."""
     if interpret is None:
         interpret = is_interpreter()
     if target is None and interpret:
@@ -79,50 +90,8 @@ def default_config(
         batch,
         num_kv_indices,
         resolve_target(target, device),
-        interpret=interpret,
-        gluon_api=gluon_available(),
+        gluon_api=gluon_available() and not interpret,
     )
-
-
-def _partials(
-    lead: Tuple[int, ...], device: torch.device, table: int = 0
-) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """fp32 split partials: normalised outputs ``[*lead, 16, 512]``, base-2 lse ``[*lead, 16]``
-    and an int32 ``[table]``, carved from one allocation (one allocator call, not three)."""
-    rows = math.prod(lead) * NUM_QO_HEADS
-    buf = torch.empty(rows * (HEAD_DIM_CKV + 1) + table, dtype=torch.float32, device=device)
-    n_o = rows * HEAD_DIM_CKV
-    return (
-        buf[:n_o].view(*lead, NUM_QO_HEADS, HEAD_DIM_CKV),
-        buf[n_o : n_o + rows].view(*lead, NUM_QO_HEADS),
-        buf[n_o + rows :].view(torch.int32),
-    )
-
-
-def _pow2_at_least(n: int) -> int:
-    """The smallest power of two >= ``n`` (``triton.next_power_of_2`` without its host cost)."""
-    return 1 << max(n - 1, 0).bit_length()
-
-
-def _launch_combine(part_o, part_lse, table, output, lse, num_splits, pooled, pdl, launch_fn):
-    """Merge the split partials into ``output``/``lse``: one (token, head) row per program.
-
-    Per-tile splits read all of a row's splits in one load (``BLOCK_S >= num_splits``); pooled
-    pieces (any count per token) go 16 at a time. ``BLOCK_S * BLOCK_D <= 8192`` fp32: 64 per
-    thread of 4 warps.
-    """
-    total_q = output.shape[0]
-    block_s = 16 if pooled else _pow2_at_least(num_splits)
-    block_d = min(HEAD_DIM_CKV, 8192 // block_s)
-    so, sl = output.stride(), lse.stride()
-    launch_fn(
-        _combine_kernel, (total_q * NUM_QO_HEADS, HEAD_DIM_CKV // block_d),
-        (part_o, part_lse, part_lse if table is None else table, output, lse, num_splits, total_q,
-         so[0], so[1], sl[0], sl[1]),
-        dict(NUM_HEADS=NUM_QO_HEADS, HEAD_CKV=HEAD_DIM_CKV, BLOCK_D=block_d, BLOCK_S=block_s,
-             POOLED=pooled, USE_PDL=pdl),
-        num_warps=4, launch_pdl=pdl,
-    )  # fmt: skip
 
 
 def mla_paged_prefill(
@@ -182,7 +151,9 @@ def mla_paged_prefill(
                 q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices,
                 sm_scale, output, lse, validate=validate, config=config, target=target,
             )  # fmt: skip
-    if validation_requested(validate):
+    # on the CPU the index values are host memory: checking them costs no sync, and the
+    # interpreter has no memory protection (an out-of-range page would crash the process)
+    if interpret or validation_requested(validate):
         check_index_data(qo_indptr, kv_indptr, kv_indices, total_q, num_pages)
     if output is None:
         output = torch.empty(
@@ -192,20 +163,70 @@ def mla_paged_prefill(
         lse = torch.empty((total_q, NUM_QO_HEADS), dtype=torch.float32, device=q_nope.device)
     if total_q == 0:
         return output, lse
-
     dev = q_nope.device
     here = None if interpret else device_target(dev.index or 0)
+    if target is not None and not isinstance(target, Target):
+        target = target_named(target)
+    shape = CallShape.of(q_nope, q_pe, ckv_cache, kpe_cache, output, lse, batch, num_kv)
+    plan = plan_call(shape, here, interpret, config, target)
+    tensors = (q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices)
+    launch_fn = _launch_checked if here is None else functools.partial(_launch_checked, here=here)
+    execute(plan, tensors, output, lse, scale, launch_fn)
+    return output, lse
+
+
+@functools.lru_cache(maxsize=1024)
+def plan_call(
+    shape: CallShape,
+    here: Optional[Target],
+    interpret: bool,
+    config: Optional[KernelConfig] = None,
+    target: Optional[Target] = None,
+) -> LaunchPlan:
+    """The launches of a call of ``shape`` on the device ``here`` (None: the interpreter):
+    ``config``'s tiles, else those chosen for ``target`` (default: ``here``). Pure in its
+    arguments, so cached per shape: a serving loop that repeats shapes plans once."""
     if config is None:
-        config = default_config(total_q, batch, num_kv, dev, interpret, target)
-    bad = config_problems(config, total_q, here, interpret)
+        t = target or (DEFAULT_TARGET if here is None else here)
+        config = choose_config(
+            shape.total_q, shape.batch, shape.num_kv, t,
+            gluon_api=gluon_available() and not interpret,
+        )  # fmt: skip
+    bad = config_problems(config, shape.total_q, here, interpret)
     if bad:
         raise ValueError("config: " + "; ".join(bad))
-    dispatch(
-        q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices, output, lse,
-        scale, config, 0 if here is None else here.capability, interpret, batch, num_kv,
-        _launch_checked if here is None else functools.partial(_launch_checked, here=here),
-    )  # fmt: skip
-    return output, lse
+    return plan_launches(shape, config, 0 if here is None else here.capability, interpret)
+
+
+def _kernel(name: str):
+    if name == "gluon":
+        from .gluon_attention import _mla_prefill_ws_kernel  # imported only where it can run
+
+        return _mla_prefill_ws_kernel
+    return {"tile": _mla_prefill_kernel, "pooled": _mla_pooled_split_kernel,
+            "combine": _combine_kernel}[name]  # fmt: skip
+
+
+def execute(plan: LaunchPlan, tensors, output, lse, scale: float, launch_fn=launch) -> None:
+    """Every launch of ``plan`` on this call's tensors (``tensors``: the seven inputs in the
+    definition's order), through ``launch_fn(fn, grid, args, consts, **options)``.
+
+    ``mla-prefill portability`` passes meta tensors and a recording ``launch_fn`` to compile,
+    for any GPU, exactly the launches a call would make.
+    """
+    slots = dict(zip(TENSOR_SLOTS, tensors))
+    slots[ARG_OUT], slots[ARG_LSE], slots[ARG_SCALE] = output, lse, scale * LOG2E
+    sizes = partial_elements(plan)
+    if sizes is not None:
+        # the fp32 partials carved from one allocation (one allocator call, not three)
+        n_o, n_l, n_t = sizes
+        buf = torch.empty(n_o + n_l + n_t, dtype=torch.float32, device=output.device)
+        slots[ARG_PART_O] = buf[:n_o].view(*plan.partials, NUM_QO_HEADS, HEAD_DIM_CKV)
+        slots[ARG_PART_LSE] = buf[n_o : n_o + n_l].view(*plan.partials, NUM_QO_HEADS)
+        slots[ARG_TABLE] = buf[n_o + n_l :].view(torch.int32)
+    for ln in plan.launches:
+        args = tuple(slots[a] if a.__class__ is str else a for a in ln.args)
+        launch_fn(_kernel(ln.kernel), ln.grid, args, dict(ln.consts), **dict(ln.options))
 
 
 def config_problems(
@@ -242,83 +263,6 @@ def _launch_checked(fn, grid, args, consts, here: Optional[Target] = None, **opt
             "Pass a smaller config= (fewer stages or a smaller BLOCK_N), or report the GPU: "
             "the tile chooser should not pick this"
         ) from None
-
-
-def dispatch(
-    q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices, output, lse,
-    scale: float, config: KernelConfig, capability: int, interpret: bool, batch: int,
-    num_kv: int, launch_fn=launch,
-) -> None:  # fmt: skip
-    """Every kernel launch of one call, through ``launch_fn(fn, grid, args, consts, **options)``.
-
-    Shapes, strides, dtypes and pointer alignment decide what is launched, never values: ``mla-
-    prefill portability`` passes meta tensors and a recording ``launch_fn`` to compile, for any
-    GPU, exactly the launches a call would make.
-    """
-    total_q = q_nope.shape[0]
-    num_pages = ckv_cache.shape[0]
-    dev = q_nope.device
-    # every gathered element's offset (page * stride + column) fits int32: cheaper addresses
-    sq, sp = q_nope.stride(), q_pe.stride()
-    s_ckv, s_kpe = ckv_cache.stride(0), kpe_cache.stride(0)
-    offs32 = max(num_pages * s_ckv, num_pages * s_kpe) < 2**31
-    guess32 = total_q * batch < 2**31
-    # programmatic dependent launch (sm_90+): the combine's launch overlaps the split kernel's end
-    pdl = capability >= 90
-    if config.pooled:
-        # 1-token tiles pool their KV ranges and cut the pool into equal pieces (one program each)
-        num_pieces = config.num_splits * total_q  # pieces in all (about; + one tail per token)
-        slots = num_pieces + total_q
-        part_o, part_lse, table = _partials((slots,), dev, table=2 * total_q)
-        launch_fn(
-            _mla_pooled_split_kernel, (slots,),
-            (q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices,
-             part_o, part_lse, table, sq[0], sq[1], sp[0], sp[1], s_ckv, s_kpe,
-             total_q, batch, scale * LOG2E, num_pieces),
-            dict(NUM_HEADS=NUM_QO_HEADS, HEAD_CKV=HEAD_DIM_CKV, HEAD_KPE=HEAD_DIM_KPE,
-                 BLOCK_N=config.block_n, MIN_CHUNK=config.min_chunk,
-                 BLOCK_TQ=max(16, _pow2_at_least(total_q)), OFFS32=offs32,
-                 GUESS32=guess32, INTERPRET=interpret, USE_PDL=pdl),
-            num_warps=config.num_warps, num_stages=config.num_stages,
-        )  # fmt: skip
-        _launch_combine(part_o, part_lse, table, output, lse, 0, True, pdl, launch_fn)
-        return
-    split = config.split
-    if split:
-        part_o, part_lse, _ = _partials((config.num_splits, total_q), dev)
-        dst_o, dst_lse = part_o, part_lse
-        stride_o_s, stride_l_s = part_o.stride(0), part_lse.stride(0)
-    else:
-        dst_o, dst_lse = output, lse
-        stride_o_s = stride_l_s = 0
-
-    grid = (-(-total_q // config.block_t), config.num_splits)
-    so, sl = dst_o.stride(), dst_lse.stride()
-    args = (
-        q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices,
-        dst_o, dst_lse, sq[0], sq[1], sp[0], sp[1], s_ckv, s_kpe,
-        stride_o_s, so[-3], so[-2], stride_l_s, sl[-2], sl[-1],
-        total_q, batch, scale * LOG2E,
-    )  # fmt: skip
-    consts = dict(
-        NUM_HEADS=NUM_QO_HEADS, HEAD_CKV=HEAD_DIM_CKV, HEAD_KPE=HEAD_DIM_KPE,
-        BLOCK_T=config.block_t, BLOCK_N=config.block_n,
-        MIN_CHUNK=config.min_chunk if split else 0, OFFS32=offs32,
-    )  # fmt: skip
-    if config.kernel == "gluon":
-        from .gluon_attention import _mla_prefill_ws_kernel  # imported only where it can run
-
-        launch_fn(_mla_prefill_ws_kernel, grid, args, consts, num_warps=4)
-    else:
-        consts.update(GUESS32=guess32, INTERPRET=interpret)
-        launch_fn(
-            _mla_prefill_kernel, grid, (*args, num_kv), consts,
-            num_warps=config.num_warps, num_stages=config.num_stages,
-        )  # fmt: skip
-    if split:
-        _launch_combine(
-            part_o, part_lse, None, output, lse, config.num_splits, False, pdl, launch_fn
-        )
 
 
 def run(

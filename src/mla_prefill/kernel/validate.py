@@ -28,30 +28,6 @@ def validation_requested(validate: Optional[bool]) -> bool:
     return os.environ.get(VALIDATE_ENV, "0") not in ("", "0", "false", "False")
 
 
-def _expect_tensor(name: str, x: object) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise ValueError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
-    return x
-
-
-def _expect(name: str, x: torch.Tensor, shape: Tuple, dtype: torch.dtype) -> None:
-    if x.dtype != dtype:
-        hint = (
-            f"; convert with .to({dtype})"
-            if x.dtype in (torch.int64, torch.float16, torch.float32)
-            else ""
-        )
-        raise ValueError(f"{name}: expected dtype {dtype}, got {x.dtype}{hint}")
-    if x.dim() != len(shape) or any(e is not None and e != a for e, a in zip(shape, x.shape)):
-        want = "[" + ", ".join("*" if e is None else str(e) for e in shape) + "]"
-        raise ValueError(f"{name}: expected shape {want}, got {list(x.shape)}")
-    if x.numel() > 0 and x.stride(-1) != 1:
-        raise ValueError(
-            f"{name}: the last dimension must be contiguous (stride 1), got strides "
-            f"{tuple(x.stride())}; pass {name}.contiguous()"
-        )
-
-
 def sm_scale_value(sm_scale: object) -> float:
     """The softmax scale as a Python float; a CUDA tensor is refused (reading it would sync)."""
     if isinstance(sm_scale, torch.Tensor):
@@ -75,41 +51,65 @@ def sm_scale_value(sm_scale: object) -> float:
 
 _BF16, _I32, _F32 = torch.bfloat16, torch.int32, torch.float32
 
+# The metadata rules, stated once: each tensor argument in ``run``'s order with its dtype and
+# shape. A letter is a size bound by the first tensor that has it (T: total_q, from q_nope;
+# P: num_pages, from ckv_cache; B: batch_size + 1, from qo_indptr; N: num_kv_indices, from
+# kv_indices). Every tensor lives on q_nope's device and has a contiguous last dimension.
+# ``_inputs_ok`` (the fast yes/no) and ``_explain_inputs`` (the error) both walk this table.
+TENSOR_RULES = (
+    ("q_nope", _BF16, ("T", NUM_QO_HEADS, HEAD_DIM_CKV)),
+    ("q_pe", _BF16, ("T", NUM_QO_HEADS, HEAD_DIM_KPE)),
+    ("ckv_cache", _BF16, ("P", PAGE_SIZE, HEAD_DIM_CKV)),
+    ("kpe_cache", _BF16, ("P", PAGE_SIZE, HEAD_DIM_KPE)),
+    ("qo_indptr", _I32, ("B",)),
+    ("kv_indptr", _I32, ("B",)),
+    ("kv_indices", _I32, ("N",)),
+    ("output", _BF16, ("T", NUM_QO_HEADS, HEAD_DIM_CKV)),  # optional (allocated when None)
+    ("lse", _F32, ("T", NUM_QO_HEADS)),  # optional
+)
+OPTIONAL = ("output", "lse")
+# rules across sizes: (holds, argument, what is wrong)
+SIZE_RULES = (
+    (lambda d: d["B"] >= 1, "qo_indptr", "expected at least one element (batch_size + 1), got 0"),
+    (
+        lambda d: d["B"] > 1 or d["T"] == 0,
+        "qo_indptr",
+        "has no sequence (length 1) but q_nope holds {T} tokens",
+    ),
+    (
+        lambda d: d["P"] > 0 or d["N"] == 0,
+        "ckv_cache",
+        "has 0 pages but kv_indices holds {N} page indices",
+    ),
+)
 
-def _inputs_ok(
-    q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices, output, lse
-) -> bool:
-    """The common case in a few microseconds: every rule of ``_explain_inputs``, as one boolean."""
+
+def _inputs_ok(*tensors) -> bool:
+    """Whether the nine tensor arguments (``output``/``lse`` may be None) obey every rule of
+    ``TENSOR_RULES`` and ``SIZE_RULES``: the common case in a few microseconds, no messages."""
     try:
-        t, p = q_nope.shape[0], ckv_cache.shape[0]
-        dev = q_nope.get_device()  # CUDA index; -1 for CPU and meta alike, which take the slow path
-        ok = (
-            dev >= 0
-            and
-            q_nope.dtype is _BF16 and q_pe.dtype is _BF16 and ckv_cache.dtype is _BF16
-            and kpe_cache.dtype is _BF16 and qo_indptr.dtype is _I32 and kv_indptr.dtype is _I32
-            and kv_indices.dtype is _I32
-            and q_nope.shape == (t, NUM_QO_HEADS, HEAD_DIM_CKV)
-            and q_pe.shape == (t, NUM_QO_HEADS, HEAD_DIM_KPE)
-            and ckv_cache.shape == (p, PAGE_SIZE, HEAD_DIM_CKV)
-            and kpe_cache.shape == (p, PAGE_SIZE, HEAD_DIM_KPE)
-            and qo_indptr.dim() == 1 and kv_indices.dim() == 1
-            and kv_indptr.shape == qo_indptr.shape and qo_indptr.shape[0] >= 1
-            and (qo_indptr.shape[0] > 1 or t == 0) and (p > 0 or kv_indices.shape[0] == 0)
-            and q_nope.stride(2) == 1 and q_pe.stride(2) == 1 and ckv_cache.stride(2) == 1
-            and kpe_cache.stride(2) == 1
-            and q_pe.get_device() == dev and ckv_cache.get_device() == dev
-            and kpe_cache.get_device() == dev and qo_indptr.get_device() == dev
-            and kv_indptr.get_device() == dev and kv_indices.get_device() == dev
-        )  # fmt: skip
-        if ok and output is not None:
-            ok = (
-                output.dtype is _BF16 and output.shape == (t, NUM_QO_HEADS, HEAD_DIM_CKV)
-                and output.stride(2) == 1 and output.get_device() == dev
-            )  # fmt: skip
-        if ok and lse is not None:
-            ok = lse.dtype is _F32 and lse.shape == (t, NUM_QO_HEADS) and lse.get_device() == dev
-        return ok
+        q_nope = tensors[0]
+        dims = {
+            "T": q_nope.shape[0], "P": tensors[2].shape[0], "B": tensors[4].shape[0],
+            "N": tensors[6].shape[0],
+        }  # fmt: skip
+        dev = q_nope.get_device()  # CUDA index, else -1 (CPU and meta alike)
+        cpu = dev < 0
+        if cpu and not q_nope.is_cpu:
+            return False  # meta tensors: the explaining path compares devices exactly
+        for x, (_, dtype, shape) in zip(tensors, TENSOR_RULES):
+            if x is None and _ in OPTIONAL:
+                continue
+            if x.dtype is not dtype or x.dim() != len(shape) or x.get_device() != dev:
+                return False
+            if cpu and not x.is_cpu:
+                return False
+            for size, want in zip(x.shape, shape):
+                if size != (dims[want] if want.__class__ is str else want):
+                    return False
+            if x.stride(-1) != 1 and x.numel() > 0:
+                return False
+        return all(holds(dims) for holds, _, _ in SIZE_RULES)
     except (AttributeError, IndexError, TypeError, RuntimeError):
         return False
 
@@ -130,51 +130,54 @@ def check_inputs(
     )
 
 
-def _explain_inputs(
-    q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices, output=None, lse=None
-) -> Tuple[int, int, int, int]:
-    """The same rules one by one, raising on the first broken one with what to fix."""
-    for name, x in (
-        ("q_nope", q_nope), ("q_pe", q_pe), ("ckv_cache", ckv_cache), ("kpe_cache", kpe_cache),
-        ("qo_indptr", qo_indptr), ("kv_indptr", kv_indptr), ("kv_indices", kv_indices),
-    ):  # fmt: skip
-        _expect_tensor(name, x)
-    bf16 = torch.bfloat16
-    total_q = q_nope.shape[0] if q_nope.dim() == 3 else -1
-    num_pages = ckv_cache.shape[0] if ckv_cache.dim() == 3 else -1
-    _expect("q_nope", q_nope, (None, NUM_QO_HEADS, HEAD_DIM_CKV), bf16)
-    _expect("q_pe", q_pe, (total_q, NUM_QO_HEADS, HEAD_DIM_KPE), bf16)
-    _expect("ckv_cache", ckv_cache, (None, PAGE_SIZE, HEAD_DIM_CKV), bf16)
-    _expect("kpe_cache", kpe_cache, (num_pages, PAGE_SIZE, HEAD_DIM_KPE), bf16)
-    _expect("qo_indptr", qo_indptr, (None,), torch.int32)
-    _expect("kv_indptr", kv_indptr, (qo_indptr.shape[0],), torch.int32)
-    _expect("kv_indices", kv_indices, (None,), torch.int32)
-    if qo_indptr.shape[0] < 1:
-        raise ValueError("qo_indptr: expected at least one element (batch_size + 1), got 0")
-    batch = qo_indptr.shape[0] - 1
-    num_kv = kv_indices.shape[0]
-    if batch == 0 and total_q > 0:
-        raise ValueError(f"qo_indptr: has no sequence (length 1) but q_nope holds {total_q} tokens")
-    if num_pages == 0 and num_kv > 0:
-        raise ValueError(f"ckv_cache: has 0 pages but kv_indices holds {num_kv} page indices")
-    if output is not None:
-        _expect_tensor("output", output)
-        _expect("output", output, (total_q, NUM_QO_HEADS, HEAD_DIM_CKV), bf16)
-    if lse is not None:
-        _expect_tensor("lse", lse)
-        _expect("lse", lse, (total_q, NUM_QO_HEADS), torch.float32)
-    named = [
-        ("q_nope", q_nope), ("q_pe", q_pe), ("ckv_cache", ckv_cache), ("kpe_cache", kpe_cache),
-        ("qo_indptr", qo_indptr), ("kv_indptr", kv_indptr), ("kv_indices", kv_indices),
-        ("output", output), ("lse", lse),
-    ]  # fmt: skip
-    device = q_nope.device
-    for name, x in named:
-        if x is not None and x.device != device:
+def _dtype_hint(name: str, got: torch.dtype, want: torch.dtype) -> str:
+    """How to fix a wrong dtype: an input can be converted; a destination cannot (a converted
+    copy would receive the result, not the caller's buffer)."""
+    if name in OPTIONAL:
+        return f"; pass a {want} buffer (the result is written into it), or None to allocate one"
+    if got in (torch.int64, torch.float16, torch.float32, torch.bfloat16):
+        return f"; convert with .to({want})"
+    return ""
+
+
+def _explain_inputs(*tensors) -> Tuple[int, int, int, int]:
+    """``TENSOR_RULES`` and ``SIZE_RULES`` one by one, raising on the first broken one with what
+    to fix; returns the sizes when every rule holds."""
+    dims = {}
+    device = None
+    for x, (name, dtype, shape) in zip(tensors, TENSOR_RULES):
+        if x is None and name in OPTIONAL:
+            continue
+        if not isinstance(x, torch.Tensor):
+            raise ValueError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+        if x.dtype != dtype:
+            raise ValueError(
+                f"{name}: expected dtype {dtype}, got {x.dtype}{_dtype_hint(name, x.dtype, dtype)}"
+            )
+        want = [dims.get(e, e) if isinstance(e, str) else e for e in shape]
+        if x.dim() != len(shape) or any(
+            not isinstance(w, str) and w != a for w, a in zip(want, x.shape)
+        ):
+            text = "[" + ", ".join("*" if isinstance(w, str) else str(w) for w in want) + "]"
+            raise ValueError(f"{name}: expected shape {text}, got {list(x.shape)}")
+        for e, a in zip(shape, x.shape):
+            if isinstance(e, str):
+                dims.setdefault(e, a)
+        if x.numel() > 0 and x.stride(-1) != 1:
+            raise ValueError(
+                f"{name}: the last dimension must be contiguous (stride 1), got strides "
+                f"{tuple(x.stride())}; pass {name}.contiguous()"
+            )
+        if device is None:
+            device = x.device
+        elif x.device != device:
             raise ValueError(
                 f"{name}: expected every tensor on {device} (where q_nope is), got {x.device}"
             )
-    return total_q, num_pages, batch, num_kv
+    for holds, name, message in SIZE_RULES:
+        if not holds(dims):
+            raise ValueError(f"{name}: {message.format(**dims)}")
+    return dims["T"], dims["P"], dims["B"] - 1, dims["N"]
 
 
 def index_data_problems(

@@ -1,0 +1,164 @@
+"""Launch planning: from a call's shapes, strides and tiles to the exact list of kernel launches.
+
+``plan_launches`` is a pure function of metadata (no tensor, no device), so every path can be
+tested on the CPU and cached per shape; ``main.execute`` binds a plan to a call's tensors and
+launches it. A launch's arguments are named slots (``ARG_*``) filled at launch time, or plain
+integers fixed by the plan.
+"""
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+from .config import KernelConfig
+from .validate import HEAD_DIM_CKV, HEAD_DIM_KPE, NUM_QO_HEADS
+
+LOG2E = 1.0 / math.log(2.0)
+
+# argument slots filled per call by ``main.execute``
+TENSOR_SLOTS = (
+    "q_nope", "q_pe", "ckv_cache", "kpe_cache", "qo_indptr", "kv_indptr", "kv_indices",
+)  # fmt: skip
+ARG_OUT, ARG_LSE = "output", "lse"
+ARG_PART_O, ARG_PART_LSE, ARG_TABLE = "part_o", "part_lse", "table"
+ARG_SCALE = "scale_log2"  # sm_scale * log2(e): the kernels' softmax works in base 2
+
+
+@dataclass(frozen=True)
+class CallShape:
+    """What a call's launches depend on besides the tiles: sizes and element strides."""
+
+    total_q: int
+    batch: int
+    num_kv: int
+    num_pages: int
+    q_strides: Tuple[int, int]  # q_nope (token, head)
+    pe_strides: Tuple[int, int]  # q_pe (token, head)
+    ckv_stride: int  # ckv_cache per page
+    kpe_stride: int  # kpe_cache per page
+    out_strides: Tuple[int, int]  # output (token, head)
+    lse_strides: Tuple[int, int]  # lse (token, head)
+
+    @staticmethod
+    def of(q_nope, q_pe, ckv_cache, kpe_cache, output, lse, batch: int, num_kv: int):
+        sq, sp, so, sl = q_nope.stride(), q_pe.stride(), output.stride(), lse.stride()
+        return CallShape(
+            q_nope.shape[0], batch, num_kv, ckv_cache.shape[0], (sq[0], sq[1]), (sp[0], sp[1]),
+            ckv_cache.stride(0), kpe_cache.stride(0), (so[0], so[1]), (sl[0], sl[1]),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch: which kernel (``"tile"``, ``"gluon"``, ``"pooled"``, ``"combine"``),
+    its grid, its runtime arguments (slot names or integers), constexprs and launch options."""
+
+    kernel: str
+    grid: Tuple[int, ...]
+    args: Tuple[object, ...]
+    consts: Tuple[Tuple[str, object], ...]
+    options: Tuple[Tuple[str, object], ...]
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Every launch of one call, in order, and the fp32 split partials they share: normalised
+    outputs ``[*partials, 16, 512]``, base-2 lse ``[*partials, 16]`` and an int32 ``[table]``
+    (``partials == ()``: no split)."""
+
+    config: KernelConfig
+    partials: Tuple[int, ...]
+    table: int
+    launches: Tuple[Launch, ...]
+
+
+def pow2_at_least(n: int) -> int:
+    """The smallest power of two >= ``n`` (``triton.next_power_of_2`` without its host cost)."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def _combine(total_q, num_splits, pooled, pdl, out_strides, lse_strides) -> Launch:
+    """Merge the split partials into ``output``/``lse``: one (token, head) row per program.
+
+    Per-tile splits read all of a row's splits in one load (``BLOCK_S >= num_splits``); pooled
+    pieces (any count per token) go 16 at a time. ``BLOCK_S * BLOCK_D <= 8192`` fp32: 64 per
+    thread of 4 warps.
+    """
+    block_s = 16 if pooled else pow2_at_least(num_splits)
+    block_d = min(HEAD_DIM_CKV, 8192 // block_s)
+    return Launch(
+        "combine", (total_q * NUM_QO_HEADS, HEAD_DIM_CKV // block_d),
+        (ARG_PART_O, ARG_PART_LSE, ARG_TABLE if pooled else ARG_PART_LSE, ARG_OUT, ARG_LSE,
+         num_splits, total_q, *out_strides, *lse_strides),
+        (("NUM_HEADS", NUM_QO_HEADS), ("HEAD_CKV", HEAD_DIM_CKV), ("BLOCK_D", block_d),
+         ("BLOCK_S", block_s), ("POOLED", pooled), ("USE_PDL", pdl)),
+        (("num_warps", 4), ("launch_pdl", pdl)),
+    )  # fmt: skip
+
+
+def plan_launches(
+    shape: CallShape, config: KernelConfig, capability: int, interpret: bool
+) -> LaunchPlan:
+    """The launches of a call of ``shape`` with ``config`` on a GPU of ``capability`` (0: none,
+    under the interpreter). Shapes, strides and the tiles decide everything, never values."""
+    s = shape
+    T = s.total_q
+    qs = (*s.q_strides, *s.pe_strides, s.ckv_stride, s.kpe_stride)
+    # every gathered element's offset (page * stride + column) fits int32: cheaper addresses
+    offs32 = max(s.num_pages * s.ckv_stride, s.num_pages * s.kpe_stride) < 2**31
+    guess32 = T * s.batch < 2**31
+    # programmatic dependent launch (sm_90+): the combine's launch overlaps the split's end
+    pdl = capability >= 90
+    heads = (("NUM_HEADS", NUM_QO_HEADS), ("HEAD_CKV", HEAD_DIM_CKV), ("HEAD_KPE", HEAD_DIM_KPE))
+    stages = (("num_warps", config.num_warps), ("num_stages", config.num_stages))
+    if config.pooled:
+        # 1-token tiles pool their KV ranges and cut the pool into equal pieces (one program
+        # each): num_splits * total_q pieces in all (about; + one tail per token)
+        num_pieces = config.num_splits * T
+        slots = num_pieces + T
+        pooled = Launch(
+            "pooled", (slots,),
+            (*TENSOR_SLOTS, ARG_PART_O, ARG_PART_LSE, ARG_TABLE, *qs, T, s.batch, ARG_SCALE,
+             num_pieces),
+            (*heads, ("BLOCK_N", config.block_n), ("MIN_CHUNK", config.min_chunk),
+             ("BLOCK_TQ", max(16, pow2_at_least(T))), ("OFFS32", offs32), ("GUESS32", guess32),
+             ("INTERPRET", interpret), ("USE_PDL", pdl)),
+            stages,
+        )  # fmt: skip
+        combine = _combine(T, 0, True, pdl, s.out_strides, s.lse_strides)
+        return LaunchPlan(config, (slots,), 2 * T, (pooled, combine))
+    split = config.split
+    if split:
+        # partials [num_splits, total_q, 16, 512] and [num_splits, total_q, 16], contiguous
+        dst = (ARG_PART_O, ARG_PART_LSE)
+        o_strides = (T * NUM_QO_HEADS * HEAD_DIM_CKV, NUM_QO_HEADS * HEAD_DIM_CKV, HEAD_DIM_CKV)
+        l_strides = (T * NUM_QO_HEADS, NUM_QO_HEADS, 1)
+    else:
+        dst = (ARG_OUT, ARG_LSE)
+        o_strides = (0, *s.out_strides)
+        l_strides = (0, *s.lse_strides)
+    args = (*TENSOR_SLOTS, *dst, *qs, *o_strides, *l_strides, T, s.batch, ARG_SCALE)
+    consts = (
+        *heads, ("BLOCK_T", config.block_t), ("BLOCK_N", config.block_n),
+        ("MIN_CHUNK", config.min_chunk if split else 0), ("OFFS32", offs32),
+    )  # fmt: skip
+    grid = (-(-T // config.block_t), config.num_splits)
+    if config.kernel == "gluon":
+        main = Launch("gluon", grid, args, consts, (("num_warps", 4),))
+    else:
+        main = Launch(
+            "tile", grid, (*args, s.num_kv),
+            (*consts, ("GUESS32", guess32), ("INTERPRET", interpret)), stages,
+        )  # fmt: skip
+    if not split:
+        return LaunchPlan(config, (), 0, (main,))
+    combine = _combine(T, config.num_splits, False, pdl, s.out_strides, s.lse_strides)
+    return LaunchPlan(config, (config.num_splits, T), 0, (main, combine))
+
+
+def partial_elements(plan: LaunchPlan) -> Optional[Tuple[int, int, int]]:
+    """(output, lse, table) element counts of the plan's partials; None without a split."""
+    if not plan.partials:
+        return None
+    rows = math.prod(plan.partials) * NUM_QO_HEADS
+    return rows * HEAD_DIM_CKV, rows, plan.table
