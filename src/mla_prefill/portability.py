@@ -102,20 +102,22 @@ def plan(shape: Shape, target, gluon_api: bool) -> Tuple[object, List[dict]]:
     from mla_prefill.kernel.config import choose_config
     from mla_prefill.kernel.main import config_problems, execute
     from mla_prefill.kernel.plan import TENSOR_SLOTS, CallShape, plan_launches
+    from mla_prefill.kernel.validate import HEAD_DIM_CKV, HEAD_DIM_KPE, NUM_QO_HEADS
 
     T, B, N = shape.total_q, shape.batch, shape.num_kv
     meta = dict(device="meta")
     bf16 = dict(dtype=torch.bfloat16, **meta)
+    H, D, R = NUM_QO_HEADS, HEAD_DIM_CKV, HEAD_DIM_KPE
     t = dict(
-        q_nope=torch.empty(T, 16, 512, **bf16),
-        q_pe=torch.empty(T, 16, 64, **bf16),
-        ckv_cache=torch.empty(shape.num_pages, 1, 512, **bf16),
-        kpe_cache=torch.empty(shape.num_pages, 1, 64, **bf16),
+        q_nope=torch.empty(T, H, D, **bf16),
+        q_pe=torch.empty(T, H, R, **bf16),
+        ckv_cache=torch.empty(shape.num_pages, 1, D, **bf16),
+        kpe_cache=torch.empty(shape.num_pages, 1, R, **bf16),
         qo_indptr=torch.empty(B + 1, dtype=torch.int32, **meta),
         kv_indptr=torch.empty(B + 1, dtype=torch.int32, **meta),
         kv_indices=torch.empty(N, dtype=torch.int32, **meta),
-        output=torch.empty(T, 16, 512, **bf16),
-        lse=torch.empty(T, 16, dtype=torch.float32, **meta),
+        output=torch.empty(T, H, D, **bf16),
+        lse=torch.empty(T, H, dtype=torch.float32, **meta),
     )
     config = choose_config(T, B, N, target, gluon_api=gluon_api)
     bad = config_problems(config, T, target, False)
