@@ -6,7 +6,14 @@ events, median. Two latencies per contender:
 - ``gpu_ms``: events around the call, queued behind the scrub; a spin kernel holds the stream
   until the host has enqueued every timed call, so no call waits for the host (checked:
   ``host_ahead`` in each row) -- the GPU-side latency a serving loop sees, host overhead hidden;
-- ``wall_ms``: host clock with a device sync before and after (host overhead exposed).
+- ``wall_ms``: host clock with a device sync before and after (host overhead exposed);
+- ``host_us``: host clock per call while a spin kernel holds the GPU and 40 calls are queued
+  (median of three rounds): what one call costs the host, as a serving loop that launches a
+  layer's attention eagerly pays it.
+
+Three contenders: ``ours`` (the solution's destination-passing ``run``, planning inside every
+call), ``ours_plan`` (``serving.MLAPrefillPlan``: planned once per batch, outside timing, then
+``run`` per call) and ``flashinfer`` (its wrapper planned once, then ``run``).
 
 FlashInfer's ``plan`` runs outside the timed region, as a server plans once per batch for all
 layers. After timing, every input is refilled in place with new values (``kv_indices`` permuted),
@@ -66,13 +73,44 @@ def refill_(inputs: dict, seed: int) -> None:
 def ours(
     inputs: dict, out: torch.Tensor, lse: torch.Tensor, config=None, target=None
 ) -> Callable[[], None]:
-    from mla_prefill.kernel.main import mla_paged_prefill
+    """The solution's entry point (``main.run``, destination-passing), or the same call with
+    pinned tiles or another GPU's plan."""
+    from mla_prefill.kernel.main import mla_paged_prefill, run
 
     args = [inputs[k] for k in INPUTS]
 
-    def call():
-        mla_paged_prefill(*args, out, lse, config=config, target=target)
+    if config is None and target is None:
 
+        def call():
+            run(*args, out, lse)
+
+    else:
+
+        def call():
+            mla_paged_prefill(*args, out, lse, config=config, target=target)
+
+    return call
+
+
+def ours_planned(
+    inputs: dict, out: torch.Tensor, lse: torch.Tensor, target=None
+) -> Callable[[], None]:
+    """``serving.MLAPrefillPlan``: planned here, outside timing; ``call.replan()`` plans again
+    (after the inputs were refilled: the plan holds copies of the index tensors)."""
+    from mla_prefill.serving import MLAPrefillPlan
+
+    plan = MLAPrefillPlan(inputs["q_nope"].device, target=target)
+    q_nope, q_pe, ckv, kpe = (inputs[k] for k in ("q_nope", "q_pe", "ckv_cache", "kpe_cache"))
+
+    def replan():
+        plan.plan(inputs["qo_indptr"], inputs["kv_indptr"], inputs["kv_indices"],
+                  inputs["sm_scale"], total_q=q_nope.shape[0])  # fmt: skip
+
+    def call():
+        plan.run(q_nope, q_pe, ckv, kpe, out, lse)
+
+    replan()
+    call.replan = replan
     return call
 
 
@@ -134,6 +172,27 @@ def time_gpu(fn: Callable[[], None], scrub: torch.Tensor, iters: int) -> Tuple[f
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)), ahead
 
 
+def time_host(fn: Callable[[], None], calls: int = 40, rounds: int = 3) -> float:
+    """Host microseconds per call of ``fn`` with the GPU held: a spin kernel keeps the stream
+    busy while the host queues ``calls`` calls, so no call waits for the device; median of
+    ``rounds``."""
+    per_call = []
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        torch.cuda._sleep(int(60 * SPIN_CYCLES_PER_MS))  # ~60 ms: longer than the host's loop
+        spun = torch.cuda.Event()
+        spun.record()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        elapsed = time.perf_counter() - t0
+        held = not spun.query()
+        torch.cuda.synchronize()
+        if held:
+            per_call.append(elapsed / calls * 1e6)
+    return round(statistics.median(per_call), 2) if per_call else None
+
+
 def time_wall(fn: Callable[[], None], scrub: torch.Tensor, iters: int) -> float:
     times = []
     for _ in range(iters):
@@ -169,17 +228,19 @@ def bench_workload(
         for vname, cfg in variants if name == "ours" else [(name, None)]:
             out, lse = poisoned_outputs(total_q, "cuda")
             try:
-                fn = (
-                    ours(inputs, out, lse, cfg, target)
-                    if name == "ours"
-                    else flashinfer_planned(inputs, out, lse)
-                )
+                if name == "ours":
+                    fn = ours(inputs, out, lse, cfg, target)
+                elif name == "ours_plan":
+                    fn = ours_planned(inputs, out, lse, target)
+                else:
+                    fn = flashinfer_planned(inputs, out, lse)
                 fn()  # warm-up: compile / JIT / module load stay out of the timings
                 torch.cuda.synchronize()
                 est, _ = time_gpu(fn, scrub, 3)
                 iters = int(max(5, min(iters_cap, 300.0 / max(est, 1e-3))))
                 gpu_ms, host_ahead = time_gpu(fn, scrub, iters)
                 wall_ms = time_wall(fn, scrub, max(5, iters // 2))
+                host_us = time_host(fn) if cfg is None else None
             except Exception as e:  # a contender that fails is reported, not fatal
                 row[vname] = {"error": f"{type(e).__name__}: {e}"[:500]}
                 continue
@@ -187,6 +248,7 @@ def bench_workload(
                 "gpu_ms": round(gpu_ms, 5),
                 "wall_ms": round(wall_ms, 5),
                 "tflops": round(gflop / gpu_ms, 1) if gpu_ms > 0 else None,
+                "host_us": host_us,
                 "iters": iters,
                 "host_ahead": host_ahead,
             }
@@ -200,6 +262,8 @@ def bench_workload(
     for vname, (out, lse) in outs.items():
         out.fill_(float("nan"))
         lse.fill_(float("nan"))
+        if hasattr(fns[vname], "replan"):
+            fns[vname].replan()  # a new batch is planned, as a server plans each batch
         fns[vname]()
         torch.cuda.synchronize()
         row[vname].update(compare(out, lse, ref_out, ref_lse))
@@ -208,6 +272,13 @@ def bench_workload(
         row["wall_speedup_vs_flashinfer"] = round(
             row["flashinfer"]["wall_ms"] / row["ours"]["wall_ms"], 3
         )
+    fi = row.get("flashinfer", {})
+    for mine in ("ours", "ours_plan"):
+        o = row.get(mine, {})
+        if o.get("host_us") and fi.get("host_us"):
+            o["host_vs_flashinfer"] = round(o["host_us"] / fi["host_us"], 3)  # < 1: less host
+        if o.get("wall_ms") and fi.get("wall_ms"):
+            o["wall_speedup_vs_flashinfer"] = round(fi["wall_ms"] / o["wall_ms"], 3)
     del inputs, scrub
     torch.cuda.empty_cache()
     return row
@@ -232,7 +303,30 @@ def summarize(rows: List[dict]) -> dict:
         "all_host_ahead": all(c.get("host_ahead", False) for c in timed),
         "matmul_ceiling_tflops": MATMUL_CEILING_TFLOPS,
         "by_bucket": by_bucket(rows),
+        "host": host_summary(rows),
     }
+
+
+def host_summary(rows: List[dict]) -> dict:
+    """Host time per call (``host_us``): geomeans per contender, and our two calls against
+    FlashInfer's ``run`` (worst workload and geomean of the ratios; < 1 is less host time), and
+    the wall-time speedup of the planned call on the workloads of at most 100 tokens."""
+
+    def geo(vals):
+        vals = [v for v in vals if v]
+        return round(statistics.geometric_mean(vals), 3) if vals else None
+
+    out = {f"{k}_host_us_geomean": geo(r.get(k, {}).get("host_us") for r in rows)
+           for k in ("ours", "ours_plan", "flashinfer")}  # fmt: skip
+    for k in ("ours", "ours_plan"):
+        ratios = [r[k]["host_vs_flashinfer"] for r in rows if "host_vs_flashinfer" in r.get(k, {})]
+        if ratios:
+            out[f"{k}_host_vs_flashinfer_geomean"] = geo(ratios)
+            out[f"{k}_host_vs_flashinfer_max"] = max(ratios)
+    small = [r["ours_plan"]["wall_speedup_vs_flashinfer"] for r in rows
+             if r["total_q"] <= 100 and "wall_speedup_vs_flashinfer" in r.get("ours_plan", {})]  # fmt: skip
+    out["ours_plan_wall_speedup_small_geomean"] = geo(small)
+    return out
 
 
 # the kernel issue's bar: >= 0.8x FlashInfer on every workload of >= 1000 tokens, >= 1.5x on <= 100
@@ -307,7 +401,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", default=None, help="trace set whose workloads to time (default: "
                    "the one at or above the current directory)")  # fmt: skip
     p.add_argument("--workload", nargs="*", default=None, help="uuid prefixes (default: all 38)")
-    p.add_argument("--no-flashinfer", action="store_true", help="time our kernel only")
+    p.add_argument("--no-flashinfer", action="store_true", help="time our calls only")
     p.add_argument("--iters", type=int, default=100, help="cap on timed iterations per contender")
     p.add_argument("--seed", type=int, default=0, help="seed of the random q and caches")
     p.add_argument("--configs", default=None, help="extra tile configs to time, see parse_configs")
@@ -332,11 +426,12 @@ def run_bench(args: argparse.Namespace) -> int:
     lines = load_workloads(root)
     if args.workload:
         lines = [wl for wl in lines if any(wl.uuid.startswith(p) for p in args.workload)]
-    contenders = ["ours"] + ([] if args.no_flashinfer else ["flashinfer"])
+    contenders = ["ours", "ours_plan"] + ([] if args.no_flashinfer else ["flashinfer"])
     configs = parse_configs(args.configs)
     rows = []
     print(
-        f"{'uuid':8} {'tok':>6} {'GFLOP':>8} {'ours ms':>9} {'FI ms':>9} {'x FI':>6} {'ours TF/s':>9} ok"
+        f"{'uuid':8} {'tok':>6} {'GFLOP':>8} {'ours ms':>9} {'FI ms':>9} {'x FI':>6} {'ours TF/s':>9} "
+        f"{'host us: dps':>12} {'plan':>6} {'FI':>6} ok"
     )
     for wl in sorted(lines, key=lambda w: w.workload["axes"]["total_q"]):
         row = bench_workload(
@@ -359,7 +454,10 @@ def run_bench(args: argparse.Namespace) -> int:
         print(
             f"{row['uuid'][:8]} {row['total_q']:>6} {row['gflop']:>8.3f} {o.get('gpu_ms', float('nan')):>9.4f} "
             f"{f.get('gpu_ms', float('nan')):>9.4f} {row.get('speedup_vs_flashinfer', float('nan')):>6.2f} "
-            f"{o.get('tflops') or 0:>9.1f} {o.get('correct')}/{f.get('correct')} {o.get('error', '')}{f.get('error', '')} {extra}",
+            f"{o.get('tflops') or 0:>9.1f} {o.get('host_us') or 0:>12.1f} "
+            f"{row.get('ours_plan', {}).get('host_us') or 0:>6.1f} {f.get('host_us') or 0:>6.1f} "
+            f"{o.get('correct')}/{row.get('ours_plan', {}).get('correct')}/{f.get('correct')} "
+            f"{o.get('error', '')}{row.get('ours_plan', {}).get('error', '')}{f.get('error', '')} {extra}",
             flush=True,
         )
     result = {

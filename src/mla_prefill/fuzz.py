@@ -234,6 +234,7 @@ def sweep(
     every: int = 25,
     seconds_before: float = 0.0,
     target: Optional[str] = None,
+    path: str = "call",
 ) -> dict:
     """``n`` seeded random batches; the first ``len(done)`` are taken from an earlier, interrupted
     run (their shapes are still drawn, so the rest are the same batches as in one go)."""
@@ -250,7 +251,8 @@ def sweep(
                 )
             results.append(done[i])
             continue
-        res = check_batch(batch, device, target=target)
+        res = check_batch(batch, device, fn=planned_call(target) if path == "plan" else None,
+                          target=target)  # fmt: skip
         res["seed"] = batch.seed
         if not res["ok"]:
             res["batch"] = asdict(batch)
@@ -261,18 +263,39 @@ def sweep(
     return summarize(results, n, seed, limits, seconds_before + time.time() - t0)
 
 
+def planned_call(target: Optional[str] = None):
+    """The serving path as a destination-passing call: a fresh ``MLAPrefillPlan`` planned on
+    the batch (its index tensors copied into the plan's buffers), then ``run``."""
+    from mla_prefill.serving import MLAPrefillPlan
+
+    def call(q_nope, q_pe, ckv, kpe, qo_indptr, kv_indptr, kv_indices, sm_scale, out, lse):
+        plan = MLAPrefillPlan(q_nope.device, target=target)
+        plan.plan(qo_indptr, kv_indptr, kv_indices, sm_scale, total_q=q_nope.shape[0])
+        plan.run(q_nope, q_pe, ckv, kpe, out, lse)
+        plan.run(q_nope, q_pe, ckv, kpe, out, lse)  # the second run: the bound launchers
+
+    return call
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m mla_prefill.fuzz")
-    p.add_argument("--n", type=int, default=200)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--max-tokens", type=int, default=16384)
-    p.add_argument("--max-q", type=int, default=8192)
-    p.add_argument("--max-prefix", type=int, default=16384)
+    p.add_argument("--n", type=int, default=200, help="random batches to check")
+    p.add_argument("--seed", type=int, default=1, help="seed of the batch shapes and data")
+    p.add_argument("--max-tokens", type=int, default=16384, help="tokens per batch, at most")
+    p.add_argument("--max-q", type=int, default=8192, help="new tokens per sequence, at most")
+    p.add_argument("--max-prefix", type=int, default=16384, help="cached prefix, at most")
     p.add_argument("--output", default=None, help="JSON results, rewritten every 25 batches")
     p.add_argument(
         "--target",
         default=None,
         help="plan the tiles for this GPU of kernel/targets.py (e.g. b200) and run them here",
+    )
+    p.add_argument(
+        "--path",
+        choices=("call", "plan"),
+        default="call",
+        help="call: the solution's run (planning inside); plan: serving.MLAPrefillPlan's plan "
+        "then run",
     )
     p.add_argument(
         "--resume",
@@ -296,14 +319,16 @@ def main(argv: Optional[List[str]] = None) -> int:
             ("kernel_sha256", kernel_sha256()),
             ("gpu", gpu),
             ("tiles_planned_for", a.target or gpu),
+            ("path", a.path),
         ):
-            if prev.get(key) != want:
+            if prev.get(key, "call" if key == "path" else None) != want:
                 p.error(f"--resume: {out} has {key} = {prev.get(key)!r}, this run {want!r}")
         done, seconds_before = prev["results"][: a.n], prev.get("seconds", 0.0)
         commands = prev.get("commands", [])
 
     def finish(doc: dict) -> dict:
-        doc.update(commands=commands + [command], gpu=gpu, tiles_planned_for=a.target or gpu)
+        doc.update(commands=commands + [command], gpu=gpu, tiles_planned_for=a.target or gpu,
+                   path=a.path)  # fmt: skip
         return doc
 
     def checkpoint(doc: dict) -> None:
@@ -323,6 +348,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             25,
             seconds_before,
             a.target,
+            a.path,
         )
     )
     print(json.dumps({k: v for k, v in res.items() if k != "results"}))

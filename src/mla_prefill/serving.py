@@ -1,0 +1,300 @@
+"""Serving: plan once per batch, run once per layer.
+
+A serving engine runs prefill attention eagerly, once per layer, on batches it planned once, so
+host time per ``run`` is paid once per layer. ``MLAPrefillPlan.plan`` does everything that
+depends only on the batch (sizes, tiles, validation when asked; the index tensors are copied
+into buffers the plan owns, as FlashInfer's wrapper copies them into its workspace), and the
+first ``run`` binds the launches to the call's layout: each kernel's compiled launcher, its grid
+and its fixed arguments. A later ``run`` with the same layout (shapes, strides, dtypes and the
+16-byte alignment Triton specialises on) checks the inputs' metadata and calls each launcher
+with the new pointers: no planning, no Triton binding.
+
+CUDA graphs: ``run`` after ``plan`` allocates nothing (the split partials belong to the plan) and
+never syncs, so it can be captured; the graph reads the plan's index buffers, so a new ``plan``
+of a batch of the same sizes (new values copied into the same buffers) replays correctly, as a
+serving engine's graph runner expects. A plan is one stream's: two streams running concurrently
+need one plan each (as FlashInfer's wrapper needs one workspace each).
+"""
+
+from typing import Optional, Tuple, Union
+
+import torch
+
+from mla_prefill.kernel import launch as launch_mod
+from mla_prefill.kernel.attention import is_interpreter
+from mla_prefill.kernel.config import KernelConfig, choose_config
+from mla_prefill.kernel.main import (
+    _kernel,
+    config_problems,
+    execute,
+    gluon_available,
+    plan_call,
+    resolve_target,
+)
+from mla_prefill.kernel.plan import (
+    ARG_LSE,
+    ARG_OUT,
+    ARG_PART_LSE,
+    ARG_PART_O,
+    ARG_SCALE,
+    ARG_TABLE,
+    LOG2E,
+    TENSOR_SLOTS,
+    CallShape,
+    LaunchPlan,
+    partial_elements,
+)
+from mla_prefill.kernel.targets import Target, device_target
+from mla_prefill.kernel.validate import (
+    HEAD_DIM_CKV,
+    NUM_QO_HEADS,
+    check_index_data,
+    check_inputs,
+    sm_scale_value,
+)
+
+_I32 = torch.int32
+
+
+class _Bound:
+    """The launches of one plan bound to one call layout: per launch, the compiled kernel (or
+    None: Triton's own launch), its grid, its argument template and its constexpr tail."""
+
+    __slots__ = ("key", "plan", "launches", "direct")
+
+    def __init__(self, key, plan: LaunchPlan, launches, direct: bool):
+        self.key, self.plan, self.launches, self.direct = key, plan, launches, direct
+
+
+def _layout_key(q_nope, q_pe, ckv_cache, kpe_cache, out, lse) -> tuple:
+    """What a bound launch depends on besides the plan: sizes, strides, and whether 16 divides
+    each pointer (Triton specialises on it). Dtypes and devices are checked by ``check_inputs``."""
+    return (
+        q_nope.shape[0], q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
+        ckv_cache.shape[0], ckv_cache.stride(0), kpe_cache.stride(0), out.stride(0),
+        out.stride(1), lse.stride(0), lse.stride(1),
+        not q_nope.data_ptr() & 15, not q_pe.data_ptr() & 15, not ckv_cache.data_ptr() & 15,
+        not kpe_cache.data_ptr() & 15, not out.data_ptr() & 15, not lse.data_ptr() & 15,
+    )  # fmt: skip
+
+
+class MLAPrefillPlan:
+    """Plan once per batch (``plan``), run once per layer (``run``).
+
+    >>> p = MLAPrefillPlan(torch.device("cuda"))
+    >>> p.plan(qo_indptr, kv_indptr, kv_indices, sm_scale)        # once per batch
+    >>> out, lse = p.run(q_nope, q_pe, ckv_cache, kpe_cache)       # per layer
+    """
+
+    def __init__(
+        self,
+        device: Union[None, str, torch.device] = None,
+        target: Union[None, str, Target] = None,
+        index_buffers: Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None,
+    ):
+        """``device``: where the kernels run (default: the current CUDA device, or the CPU
+        under ``TRITON_INTERPRET=1``); ``target``: plan another GPU's tiles; ``index_buffers``:
+        caller-owned (qo_indptr, kv_indptr, kv_indices) buffers the plan copies into (a CUDA
+        graph runner's static buffers; every batch must fit them)."""
+        self.interpret = is_interpreter()
+        if device is None:
+            device = "cpu" if self.interpret else torch.device("cuda", torch.cuda.current_device())
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.here = None if self.interpret else device_target(self.device.index)
+        self.target = None if target is None else resolve_target(target, self.device)
+        self._fixed = index_buffers
+        self._buffers = {}
+        self._partials = None
+        self._bound: Optional[_Bound] = None
+        self._planned = None  # (total_q, batch, num_kv, config) of the last plan
+
+    # -- plan: once per batch -------------------------------------------------------------------
+
+    def plan(
+        self,
+        qo_indptr: torch.Tensor,
+        kv_indptr: torch.Tensor,
+        kv_indices: torch.Tensor,
+        sm_scale: float,
+        *,
+        total_q: Optional[int] = None,
+        num_pages: Optional[int] = None,
+        validate: bool = False,
+        config: Optional[KernelConfig] = None,
+    ) -> "MLAPrefillPlan":
+        """Plan the batch described by the index tensors (int32; on the host or the device).
+
+        ``total_q`` defaults to ``qo_indptr[-1]`` (a read that syncs when ``qo_indptr`` is on the
+        GPU, as FlashInfer's plan does); ``validate`` checks the index values (needs
+        ``num_pages``); ``config`` pins tiles.
+        """
+        for name, t in (("qo_indptr", qo_indptr), ("kv_indptr", kv_indptr),
+                        ("kv_indices", kv_indices)):  # fmt: skip
+            if not isinstance(t, torch.Tensor) or t.dtype != _I32 or t.dim() != 1:
+                raise ValueError(f"{name}: expected a 1-D int32 tensor, got {_describe(t)}")
+        if kv_indptr.shape != qo_indptr.shape or qo_indptr.shape[0] < 1:
+            raise ValueError(
+                f"qo_indptr, kv_indptr: expected the same length >= 1 (batch_size + 1), got "
+                f"{qo_indptr.shape[0]} and {kv_indptr.shape[0]}"
+            )
+        if total_q is None:
+            total_q = int(qo_indptr[-1])
+        batch, num_kv = qo_indptr.shape[0] - 1, kv_indices.shape[0]
+        if validate:
+            if num_pages is None:
+                raise ValueError("plan(validate=True) needs num_pages (ckv_cache.shape[0])")
+            check_index_data(qo_indptr, kv_indptr, kv_indices, total_q, num_pages)
+        self.scale = sm_scale_value(sm_scale)
+        self.total_q, self.batch, self.num_kv = total_q, batch, num_kv
+        if config is None and total_q > 0:
+            t = self.target or self.here or resolve_target(None, self.device)
+            config = choose_config(
+                total_q, batch, num_kv, t, gluon_api=gluon_available() and not self.interpret
+            )
+        if config is not None:
+            bad = config_problems(config, total_q, self.here, self.interpret)
+            if bad:
+                raise ValueError("config: " + "; ".join(bad))
+        planned = (total_q, batch, num_kv, config)
+        if planned != self._planned:
+            self._bound = None  # the bound launches hold the sizes as fixed arguments
+        self._planned = planned
+        self.config = config
+        # the indices into buffers the plan owns: a captured graph reads these, so a new plan of
+        # a batch of the same sizes replays correctly
+        self.qo_indptr = self._copy_in(0, "qo_indptr", qo_indptr)
+        self.kv_indptr = self._copy_in(1, "kv_indptr", kv_indptr)
+        self.kv_indices = self._copy_in(2, "kv_indices", kv_indices)
+        return self
+
+    def _copy_in(self, i: int, name: str, src: torch.Tensor) -> torch.Tensor:
+        n = src.shape[0]
+        if self._fixed is not None:
+            buf = self._fixed[i]
+            if buf.dtype != _I32 or buf.device != self.device or buf.shape[0] < n:
+                raise ValueError(
+                    f"index buffer {name}: holds {buf.shape[0]} {buf.dtype} on {buf.device}, "
+                    f"the batch needs {n} int32 on {self.device}"
+                )
+            dst = buf[:n]
+        else:
+            dst = self._buffers.get(name)
+            if dst is None or dst.shape[0] != n:
+                dst = torch.empty(n, dtype=_I32, device=self.device)
+                self._buffers[name] = dst
+                self._bound = None
+        dst.copy_(src, non_blocking=True)
+        return dst
+
+    # -- run: once per layer --------------------------------------------------------------------
+
+    def run(
+        self,
+        q_nope: torch.Tensor,
+        q_pe: torch.Tensor,
+        ckv_cache: torch.Tensor,
+        kpe_cache: torch.Tensor,
+        out: Optional[torch.Tensor] = None,
+        lse: Optional[torch.Tensor] = None,
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``output`` [total_q, 16, 512] bf16 and base-2 ``lse`` [total_q, 16] fp32 of the
+        planned batch; ``out``/``lse`` are written when given."""
+        if self._planned is None:
+            raise RuntimeError("run() before plan(): plan the batch first")
+        check_inputs(
+            q_nope, q_pe, ckv_cache, kpe_cache, self.qo_indptr, self.kv_indptr, self.kv_indices,
+            out, lse,
+        )  # fmt: skip
+        if q_nope.shape[0] != self.total_q:
+            raise ValueError(
+                f"q_nope: the plan is for {self.total_q} tokens, got {q_nope.shape[0]}; plan "
+                "this batch first"
+            )
+        if q_nope.device != self.device:
+            raise ValueError(f"q_nope: the plan runs on {self.device}, got {q_nope.device}")
+        if out is None:
+            out = torch.empty((self.total_q, NUM_QO_HEADS, HEAD_DIM_CKV), dtype=torch.bfloat16,
+                              device=self.device)  # fmt: skip
+        if lse is None:
+            lse = torch.empty((self.total_q, NUM_QO_HEADS), dtype=torch.float32,
+                              device=self.device)  # fmt: skip
+        if self.total_q == 0:
+            return out, lse
+        if self.interpret:  # the interpreter reads host memory: keep the index checks
+            check_index_data(self.qo_indptr, self.kv_indptr, self.kv_indices, self.total_q,
+                             ckv_cache.shape[0])  # fmt: skip
+        key = _layout_key(q_nope, q_pe, ckv_cache, kpe_cache, out, lse)
+        bound = self._bound
+        if bound is None or bound.key != key:
+            bound = self._bind(key, q_nope, q_pe, ckv_cache, kpe_cache, out, lse)
+            return out, lse  # the binding call launched this run already
+        slots = (q_nope, q_pe, ckv_cache, kpe_cache, self.qo_indptr, self.kv_indptr,
+                 self.kv_indices, out, lse)  # fmt: skip
+        if bound.direct:
+            stream = launch_mod._driver.active.get_current_stream(self.device.index)
+            for kernel, grid, template, tail in bound.launches:
+                args = [slots[a] if a.__class__ is int else a[0] for a in template]
+                kernel.run(*grid, stream, kernel.function, kernel.packed_metadata, None, None,
+                           None, *args, *tail)  # fmt: skip
+        else:
+            execute(bound.plan, slots[:7], out, lse, self.scale)
+        return out, lse
+
+    def _bind(self, key, q_nope, q_pe, ckv_cache, kpe_cache, out, lse) -> _Bound:
+        """Plan the launches for this layout, run them through Triton (compiling if needed),
+        and keep each compiled kernel's launcher with its fixed arguments."""
+        shape = CallShape.of(q_nope, q_pe, ckv_cache, kpe_cache, out, lse, self.batch,
+                             self.num_kv)  # fmt: skip
+        plan = plan_call(shape, self.here, self.interpret, self.config)
+        sizes = partial_elements(plan)
+        if sizes is not None:
+            n = sum(sizes)
+            if self._partials is None or self._partials.numel() < n:
+                self._partials = torch.empty(n, dtype=torch.float32, device=self.device)
+        tensors = (q_nope, q_pe, ckv_cache, kpe_cache, self.qo_indptr, self.kv_indptr,
+                   self.kv_indices)  # fmt: skip
+        slots = dict(zip(TENSOR_SLOTS, tensors))
+        slots[ARG_OUT], slots[ARG_LSE], slots[ARG_SCALE] = out, lse, self.scale * LOG2E
+        parts = _carve(plan, self._partials) if sizes is not None else {}
+        slots.update(parts)
+        index = {name: i for i, name in enumerate((*TENSOR_SLOTS, ARG_OUT, ARG_LSE))}
+        launches, direct = [], True
+        for ln in plan.launches:
+            fn = _kernel(ln.kernel)
+            args = tuple(slots[a] if a.__class__ is str else a for a in ln.args)
+            consts, options = dict(ln.consts), dict(ln.options)
+            launch_mod.launch(fn, ln.grid, args, consts, **options)
+            direct_ok = not self.interpret and launch_mod._SUPPORTED
+            kernel = launch_mod.cached_kernel(fn, args, consts, **options) if direct_ok else None
+            entry = None if kernel is None else launch_mod._new_entry(fn, kernel, args, consts)
+            if entry is None or entry.kernel is None:
+                direct = False  # Triton's own launch for every run of this layout
+                continue
+            # per argument: an index into the call's tensors, or a 1-tuple holding a fixed value
+            # (sizes, strides, the scale and the plan's own partial buffers)
+            template = tuple(
+                index[a] if a.__class__ is str and a in index
+                else (slots[a] if a.__class__ is str else a,)
+                for a in ln.args
+            )  # fmt: skip
+            grid = (*ln.grid, *(1,) * (3 - len(ln.grid)))
+            launches.append((entry.kernel, grid, template, entry.tail))
+        self._bound = _Bound(key, plan, launches, direct)
+        return self._bound
+
+
+def _carve(plan: LaunchPlan, buf: torch.Tensor) -> dict:
+    n_o, n_l, n_t = partial_elements(plan)
+    return {
+        ARG_PART_O: buf[:n_o].view(*plan.partials, NUM_QO_HEADS, HEAD_DIM_CKV),
+        ARG_PART_LSE: buf[n_o : n_o + n_l].view(*plan.partials, NUM_QO_HEADS),
+        ARG_TABLE: buf[n_o + n_l : n_o + n_l + n_t].view(_I32),
+    }
+
+
+def _describe(t) -> str:
+    if isinstance(t, torch.Tensor):
+        return f"{t.dtype} tensor of shape {list(t.shape)}"
+    return type(t).__name__
