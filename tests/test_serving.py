@@ -76,6 +76,7 @@ def test_run_refuses_what_the_plan_was_not_made_for(device):
     with pytest.raises(RuntimeError, match="plan the batch first"):
         _run(MLAPrefillPlan(device), inputs)
     p = _plan(inputs, device)
+    _run(p, inputs)  # bound: later calls with other metadata are checked again
     short = {**inputs, "q_nope": inputs["q_nope"][:2], "q_pe": inputs["q_pe"][:2]}
     with pytest.raises(ValueError, match="the plan is for 3 tokens, got 2"):
         _run(p, short)

@@ -67,14 +67,19 @@ class _Bound:
 
 
 def _layout_key(q_nope, q_pe, ckv_cache, kpe_cache, out, lse) -> tuple:
-    """What a bound launch depends on besides the plan: sizes, strides, and whether 16 divides
-    each pointer (Triton specialises on it). Dtypes and devices are checked by ``check_inputs``."""
+    """Everything a bound launch and the input checks depend on: per tensor its shape, strides,
+    dtype, device index and whether 16 divides its address (Triton specialises on it). A call
+    whose key equals a checked, bound call's passes the same checks and takes the same launches.
+    """
     return (
-        q_nope.shape[0], q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
-        ckv_cache.shape[0], ckv_cache.stride(0), kpe_cache.stride(0), out.stride(0),
-        out.stride(1), lse.stride(0), lse.stride(1),
-        not q_nope.data_ptr() & 15, not q_pe.data_ptr() & 15, not ckv_cache.data_ptr() & 15,
-        not kpe_cache.data_ptr() & 15, not out.data_ptr() & 15, not lse.data_ptr() & 15,
+        q_nope.shape, q_nope.stride(), q_nope.dtype, q_nope.get_device(), q_nope.data_ptr() & 15,
+        q_pe.shape, q_pe.stride(), q_pe.dtype, q_pe.get_device(), q_pe.data_ptr() & 15,
+        ckv_cache.shape, ckv_cache.stride(), ckv_cache.dtype, ckv_cache.get_device(),
+        ckv_cache.data_ptr() & 15,
+        kpe_cache.shape, kpe_cache.stride(), kpe_cache.dtype, kpe_cache.get_device(),
+        kpe_cache.data_ptr() & 15,
+        out.shape, out.stride(), out.dtype, out.get_device(), out.data_ptr() & 15,
+        lse.shape, lse.stride(), lse.dtype, lse.get_device(), lse.data_ptr() & 15,
     )  # fmt: skip
 
 
@@ -201,6 +206,40 @@ class MLAPrefillPlan:
     ) -> Tuple[torch.Tensor, torch.Tensor]:
         """``output`` [total_q, 16, 512] bf16 and base-2 ``lse`` [total_q, 16] fp32 of the
         planned batch; ``out``/``lse`` are written when given."""
+        try:
+            if out is None:
+                out = torch.empty((q_nope.shape[0], NUM_QO_HEADS, HEAD_DIM_CKV),
+                                  dtype=torch.bfloat16, device=q_nope.device)  # fmt: skip
+            if lse is None:
+                lse = torch.empty((q_nope.shape[0], NUM_QO_HEADS), dtype=torch.float32,
+                                  device=q_nope.device)  # fmt: skip
+            key = _layout_key(q_nope, q_pe, ckv_cache, kpe_cache, out, lse)
+        except (AttributeError, TypeError, IndexError):  # not tensors: say which, and what
+            self._check(q_nope, q_pe, ckv_cache, kpe_cache, out, lse)
+            raise
+        bound = self._bound
+        if bound is None or bound.key != key or self.interpret:
+            # a layout not seen since the plan: every check, then bind (which launches)
+            self._check(q_nope, q_pe, ckv_cache, kpe_cache, out, lse)
+            if self.total_q == 0:
+                return out, lse
+            if bound is None or bound.key != key:
+                self._bind(key, q_nope, q_pe, ckv_cache, kpe_cache, out, lse)
+                return out, lse
+        # the same metadata as a checked, bound call: the same checks would pass
+        slots = (q_nope, q_pe, ckv_cache, kpe_cache, self.qo_indptr, self.kv_indptr,
+                 self.kv_indices, out, lse)  # fmt: skip
+        if bound.direct:
+            stream = launch_mod._driver.active.get_current_stream(self.device.index)
+            for kernel, grid, template, tail in bound.launches:
+                args = [slots[a] if a.__class__ is int else a[0] for a in template]
+                kernel.run(*grid, stream, kernel.function, kernel.packed_metadata, None, None,
+                           None, *args, *tail)  # fmt: skip
+        else:
+            execute(bound.plan, slots[:7], out, lse, self.scale)
+        return out, lse
+
+    def _check(self, q_nope, q_pe, ckv_cache, kpe_cache, out, lse) -> None:
         if self._planned is None:
             raise RuntimeError("run() before plan(): plan the batch first")
         check_inputs(
@@ -214,33 +253,9 @@ class MLAPrefillPlan:
             )
         if q_nope.device != self.device:
             raise ValueError(f"q_nope: the plan runs on {self.device}, got {q_nope.device}")
-        if out is None:
-            out = torch.empty((self.total_q, NUM_QO_HEADS, HEAD_DIM_CKV), dtype=torch.bfloat16,
-                              device=self.device)  # fmt: skip
-        if lse is None:
-            lse = torch.empty((self.total_q, NUM_QO_HEADS), dtype=torch.float32,
-                              device=self.device)  # fmt: skip
-        if self.total_q == 0:
-            return out, lse
         if self.interpret:  # the interpreter reads host memory: keep the index checks
             check_index_data(self.qo_indptr, self.kv_indptr, self.kv_indices, self.total_q,
                              ckv_cache.shape[0])  # fmt: skip
-        key = _layout_key(q_nope, q_pe, ckv_cache, kpe_cache, out, lse)
-        bound = self._bound
-        if bound is None or bound.key != key:
-            bound = self._bind(key, q_nope, q_pe, ckv_cache, kpe_cache, out, lse)
-            return out, lse  # the binding call launched this run already
-        slots = (q_nope, q_pe, ckv_cache, kpe_cache, self.qo_indptr, self.kv_indptr,
-                 self.kv_indices, out, lse)  # fmt: skip
-        if bound.direct:
-            stream = launch_mod._driver.active.get_current_stream(self.device.index)
-            for kernel, grid, template, tail in bound.launches:
-                args = [slots[a] if a.__class__ is int else a[0] for a in template]
-                kernel.run(*grid, stream, kernel.function, kernel.packed_metadata, None, None,
-                           None, *args, *tail)  # fmt: skip
-        else:
-            execute(bound.plan, slots[:7], out, lse, self.scale)
-        return out, lse
 
     def _bind(self, key, q_nope, q_pe, ckv_cache, kpe_cache, out, lse) -> _Bound:
         """Plan the launches for this layout, run them through Triton (compiling if needed),
