@@ -204,7 +204,7 @@ def test_check_reports_fuzz_results_of_other_kernel_sources(tmp_set):
 
 def test_committed_gpu_evidence_describes_the_kernel():
     """Both committed fuzz files ran the kernel as it is (`mla-prefill check` in CI too)."""
-    for name in ("fuzz-h200.json", "fuzz-b200-configs-on-h200.json"):
+    for name in ("fuzz-h200.json", "fuzz-b200-configs-on-h200.json", "fuzz-h200-plan-run.json"):
         d = json.loads((repo_root() / "benchmarks" / "results" / name).read_text())
         assert d["kernel_sha256"] == kernel_sha256(), name
         assert d["complete"] and d["batches"] >= 1000 and d["failures"] == 0, name

@@ -172,6 +172,7 @@ def _check_gpu_evidence(root: Path, problems: List[Problem]) -> None:
     for name, target in (
         ("fuzz-h200.json", ""),
         ("fuzz-b200-configs-on-h200.json", " --target b200"),
+        ("fuzz-h200-plan-run.json", " --path plan"),
     ):
         path = root / RESULTS / name
         if not path.exists():

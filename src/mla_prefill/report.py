@@ -334,7 +334,7 @@ def bench_section(path: Path, shown: str) -> List[str]:
         f"workloads: ours {s['ours_gpu_ms_sum']:.3f}, FlashInfer {s['flashinfer_gpu_ms_sum']:.3f}; "
         f"all correct: {s['all_correct']}.",
         "",
-        "| bucket | workloads | x FlashInfer, geomean (min - max) | wall, geomean | GPU ms, ours vs FI |",
+        "| bucket | workloads | x FlashInfer, geomean (min - max) | wall of the solution's run, geomean | GPU ms, ours vs FI |",
         "|---|---|---|---|---|",
     ]
     for name, b in s.get("by_bucket", {}).items():
@@ -345,17 +345,36 @@ def bench_section(path: Path, shown: str) -> List[str]:
         )
     lines += [
         "",
-        "| workload | tokens | seqs | ours GPU ms | FI GPU ms | x FI | ours TFLOP/s | ours wall ms | FI wall ms |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "GPU ms, TFLOP/s: kernel time (the same kernels for both of our calls). Host us: host time "
+        "per call with the GPU held and 40 calls queued; `ours`: the solution's `run` (planning "
+        "in every call), `plan`: `serving.MLAPrefillPlan.run` after one `plan`, FI: FlashInfer's "
+        "`run` after its `plan`. Wall ms: synced, one call (`plan`'s path and FlashInfer's).",
+        "",
+        "| workload | tokens | seqs | ours GPU ms | FI GPU ms | x FI | ours TFLOP/s | host us: ours | plan | FI | wall ms: plan | FI |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for w in d["workloads"]:
-        o, f = w.get("ours", {}), w.get("flashinfer", {})
+        o, p, f = w.get("ours", {}), w.get("ours_plan", {}), w.get("flashinfer", {})
         lines.append(
             f"| {w['uuid'][:8]} | {w['total_q']} | {w['batch']} | {_fmt(o.get('gpu_ms'), '.4f')} | "
             f"{_fmt(f.get('gpu_ms'), '.4f')} | {_fmt(w.get('speedup_vs_flashinfer'), '.2f')} | "
-            f"{_fmt(o.get('tflops'), '.1f')} | {_fmt(o.get('wall_ms'), '.4f')} | "
-            f"{_fmt(f.get('wall_ms'), '.4f')} |"
+            f"{_fmt(o.get('tflops'), '.1f')} | {_fmt(o.get('host_us'), '.1f')} | "
+            f"{_fmt(p.get('host_us'), '.1f')} | {_fmt(f.get('host_us'), '.1f')} | "
+            f"{_fmt(p.get('wall_ms'), '.4f')} | {_fmt(f.get('wall_ms'), '.4f')} |"
         )
+    h = s.get("host")
+    if h:
+        lines += [
+            "",
+            f"Host time per call, geomean: ours {h['ours_host_us_geomean']} us, plan "
+            f"{h['ours_plan_host_us_geomean']} us, FlashInfer {h['flashinfer_host_us_geomean']} "
+            f"us. Against FlashInfer's `run` (geomean of the per-workload ratios, worst): ours "
+            f"{h.get('ours_host_vs_flashinfer_geomean')}x ({h.get('ours_host_vs_flashinfer_max')}x), "
+            f"plan {h.get('ours_plan_host_vs_flashinfer_geomean')}x "
+            f"({h.get('ours_plan_host_vs_flashinfer_max')}x). Wall time of `plan`'s path on the "
+            f"<= 100-token workloads: {h.get('ours_plan_wall_speedup_small_geomean')}x "
+            "FlashInfer's (geomean).",
+        ]
     return lines
 
 
