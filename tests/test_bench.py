@@ -64,3 +64,18 @@ def test_parse_configs():
     for bad in ("g:1,32,1,4,2", "4,64,1"):  # gluon takes 4 x 64 only; too few numbers
         with pytest.raises(ValueError, match="--configs"):
             parse_configs(bad)
+
+
+def test_random_batches_cover_the_distribution_and_are_seeded():
+    from mla_prefill.bench import DECODE_BATCH, RANDOM_KINDS, random_batches
+
+    batches = random_batches(60, 7)
+    assert batches == random_batches(60, 7) and batches != random_batches(60, 8)
+    assert {kind for kind, _ in batches} == set(RANDOM_KINDS)
+    for kind, lengths in batches:
+        assert lengths and all(k >= q or k == 0 for q, k in lengths), (kind, lengths)
+    assert any(q == 0 or k == 0 for _, ls in batches for q, k in ls)  # empty sequences
+    assert any(len(ls) >= 64 and max(q for q, _ in ls) <= 8 for _, ls in batches)
+    assert any(max(q for q, _ in ls) <= 4 and min(k for _, k in ls) >= 2048 for _, ls in batches)
+    name, decode = DECODE_BATCH
+    assert len(decode) == 64 and sum(k for _, k in decode) == 64 * 16_700 >= 1_000_000

@@ -213,14 +213,123 @@ def bench_workload(
     lengths = sequence_lengths(index["qo_indptr"], index["kv_indptr"])
     gflop = flops(lengths) / 1e9
     inputs = make_inputs(w, index, "cuda", seed)
-    total_q = w["axes"]["total_q"]
     row = {
         "uuid": w["uuid"],
-        "total_q": total_q,
+        "total_q": w["axes"]["total_q"],
         "batch": len(lengths),
         "num_kv_indices": w["axes"]["num_kv_indices"],
         "gflop": round(gflop, 4),
     }
+    return time_contenders(
+        inputs, row, contenders, iters_cap, seed, reference_fn(root), configs, target
+    )
+
+
+# the fixed decode-like batch of every random run: 64 sequences x 1 new token over 16,700 cached
+# tokens each (1.07M KV rows), memory-bound: its rate is counted in bytes, num_kv_indices x 1152
+DECODE_BATCH = ("decode 64x1 over 16.7K", [(1, 16_700)] * 64)
+KV_ROW_BYTES = (HEAD_DIM_CKV + HEAD_DIM_KPE) * 2
+RANDOM_KINDS = ("long prompt", "many short", "long prefix, few new", "q_len = kv_len",
+                "with empty sequences", "tile edges")  # fmt: skip
+
+
+def random_batches(n: int, seed: int) -> List[Tuple[str, List[Tuple[int, int]]]]:
+    """``n`` seeded batches, as (kind, [(q_len, kv_len), ...]), cycling over the whole
+    distribution: single long prompts (with or without a prefix), many short sequences, long
+    prefixes with 1-4 new tokens, q_len = kv_len, batches with empty sequences, and sizes at
+    tile and wave edges (multiples of 4 tokens +-1, the 1.25- and 2.5-wave bounds)."""
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        kind = RANDOM_KINDS[i % len(RANDOM_KINDS)]
+        if kind == "long prompt":
+            q = int(2 ** rng.uniform(10, 14))
+            lengths = [(q, q + rng.choice([0, 0, rng.randint(1, 8192)]))]
+        elif kind == "many short":
+            lengths = [(q, q + rng.randint(0, 64))
+                       for q in (rng.randint(1, 8) for _ in range(rng.randint(64, 256)))]  # fmt: skip
+        elif kind == "long prefix, few new":
+            lengths = [(q, q + int(2 ** rng.uniform(11, 15)))
+                       for q in (rng.randint(1, 4) for _ in range(rng.randint(8, 64)))]  # fmt: skip
+        elif kind == "q_len = kv_len":
+            lengths = [(q, q) for q in (int(2 ** rng.uniform(4, 11))
+                                        for _ in range(rng.randint(2, 16)))]  # fmt: skip
+        elif kind == "with empty sequences":
+            lengths = [(q, q + rng.randint(0, 2048)) for q in
+                       (int(2 ** rng.uniform(0, 10)) for _ in range(rng.randint(2, 24)))]  # fmt: skip
+            for _ in range(rng.randint(1, 4)):
+                lengths.insert(
+                    rng.randrange(len(lengths) + 1), rng.choice([(0, 0), (0, 17), (3, 0)])
+                )
+        else:
+            total = rng.choice([4 * rng.randint(40, 1000) + rng.choice([-1, 0, 1]), 165, 166,
+                                330, 331, 131, 133, 4095, 4097])  # fmt: skip
+            parts = rng.randint(1, 8)
+            cuts = sorted(rng.sample(range(1, total), min(parts - 1, total - 1)))
+            qs = [b - a for a, b in zip([0, *cuts], [*cuts, total])]
+            lengths = [(q, q + rng.choice([0, rng.randint(1, 4096)])) for q in qs]
+        out.append((kind, lengths))
+    return out
+
+
+def bench_batch(kind: str, lengths, contenders, iters_cap, seed) -> dict:
+    """One random batch timed like a workload (fuzz's index and data drawing), checked against
+    the fast fp32 reference."""
+    from mla_prefill.accuracy import reference_fast
+    from mla_prefill.fuzz import Batch, make_batch_inputs
+
+    num_kv = sum(k for _, k in lengths)
+    inputs = make_batch_inputs(Batch(list(lengths), num_kv + 1000, seed), "cuda")
+    row = {
+        "kind": kind,
+        "lengths": [list(x) for x in lengths],
+        "total_q": sum(q for q, _ in lengths),
+        "batch": len(lengths),
+        "num_kv_indices": num_kv,
+        "gflop": round(flops(lengths) / 1e9, 4),
+    }
+    row = time_contenders(inputs, row, contenders, iters_cap, seed, reference_fast)
+    if kind == DECODE_BATCH[0] and "gpu_ms" in row.get("ours", {}):
+        row["ours"]["tb_per_s"] = round(num_kv * KV_ROW_BYTES / row["ours"]["gpu_ms"] / 1e9, 3)
+    del inputs
+    torch.cuda.empty_cache()
+    return row
+
+
+def random_summary(rows: List[dict]) -> dict:
+    """Geomean of ours against FlashInfer (GPU-side), and how the batches of at least 0.1 ms
+    (either side) fare: the generalisation figures tile choices are judged on."""
+    sp = [r["speedup_vs_flashinfer"] for r in rows if "speedup_vs_flashinfer" in r]
+    heavy = [r for r in rows if "speedup_vs_flashinfer" in r
+             and max(r["ours"]["gpu_ms"], r["flashinfer"]["gpu_ms"]) >= 0.1]  # fmt: skip
+    decode = [r["ours"].get("tb_per_s") for r in rows if r["kind"] == DECODE_BATCH[0]]
+    timed = [v for r in rows for v in r.values() if isinstance(v, dict) and "gpu_ms" in v]
+    return {
+        "batches": len(rows),
+        "geomean_speedup_vs_flashinfer": round(statistics.geometric_mean(sp), 3) if sp else None,
+        "heavy_batches": len(heavy),
+        "heavy_at_or_above_1x": sum(r["speedup_vs_flashinfer"] >= 1.0 for r in heavy),
+        "heavy_min_speedup": min((r["speedup_vs_flashinfer"] for r in heavy), default=None),
+        "ours_gpu_ms_sum": round(
+            sum(r["ours"]["gpu_ms"] for r in rows if "gpu_ms" in r.get("ours", {})), 4
+        ),
+        "flashinfer_gpu_ms_sum": round(
+            sum(r["flashinfer"]["gpu_ms"] for r in rows if "gpu_ms" in r.get("flashinfer", {})), 4
+        ),
+        "decode_tb_per_s": decode[0] if decode else None,
+        "all_correct": all(c.get("correct", False) for c in timed),
+    }
+
+
+def time_contenders(
+    inputs: dict, row: dict, contenders, iters_cap, seed, reference, configs=None, target=None
+) -> dict:
+    """Time each contender on ``inputs`` (GPU-side, wall, host), then refill the inputs, poison
+    the outputs, call every contender again and compare it with ``reference``: ``row``
+    completed with one object per contender and the ratios to FlashInfer."""
+    total_q, gflop = inputs["q_nope"].shape[0], row["gflop"]
     scrub = torch.empty(SCRUB_BYTES, dtype=torch.int8, device="cuda")
     outs, fns = {}, {}
     variants = [("ours", None)] + [(f"ours[{c}]", c) for c in (configs or [])]
@@ -257,8 +366,7 @@ def bench_workload(
             outs[vname], fns[vname] = (out, lse), fn
     # the timed calls are checked: new values in the same buffers, poisoned outputs, call again
     refill_(inputs, seed + 1)
-    ref = reference_fn(root)
-    ref_out, ref_lse = ref(*[inputs[k] for k in INPUTS])
+    ref_out, ref_lse = reference(*[inputs[k] for k in INPUTS])
     for vname, (out, lse) in outs.items():
         out.fill_(float("nan"))
         lse.fill_(float("nan"))
@@ -411,6 +519,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="plan our tiles for this GPU of kernel/targets.py (e.g. b200) and run them here",
     )
     p.add_argument("--dataset", default=None, help="official dataset clone whose blobs to use")
+    p.add_argument(
+        "--random", type=int, default=None, metavar="N",
+        help="time N seeded random batches from the whole distribution (--seed picks them), plus "
+        "a fixed decode-like batch (64 x 1 token over 16.7K cached), instead of the workloads",
+    )  # fmt: skip
     p.add_argument("--output", default=None, help="JSON file to write (default: print only)")
 
 
@@ -421,6 +534,8 @@ def run_bench(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.random is not None:
+        return run_random(args)
     root = find_root(args.root)
     dataset = dataset_override(args.dataset)
     lines = load_workloads(root)
@@ -472,6 +587,43 @@ def run_bench(args: argparse.Namespace) -> int:
         "method": __doc__.strip(),
         "summary": summarize(rows),
         "workloads": rows,
+    }
+    print(json.dumps(result["summary"]))
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+def run_random(args: argparse.Namespace) -> int:
+    """``--random N``: the generalisation benchmark; rows under ``batches``."""
+    contenders = ["ours"] + ([] if args.no_flashinfer else ["flashinfer"])
+    batches = random_batches(args.random, args.seed) + [DECODE_BATCH]
+    rows = []
+    print(f"{'#':>3} {'kind':22} {'tok':>6} {'seqs':>4} {'kv':>8} {'ours ms':>9} {'FI ms':>9} "
+          f"{'x FI':>6} ok")  # fmt: skip
+    for i, (kind, lengths) in enumerate(batches):
+        row = bench_batch(kind, lengths, contenders, args.iters, args.seed * 1000 + i)
+        rows.append(row)
+        o, f = row.get("ours", {}), row.get("flashinfer", {})
+        print(
+            f"{i:>3} {kind:22} {row['total_q']:>6} {row['batch']:>4} {row['num_kv_indices']:>8} "
+            f"{o.get('gpu_ms', float('nan')):>9.4f} {f.get('gpu_ms', float('nan')):>9.4f} "
+            f"{row.get('speedup_vs_flashinfer', float('nan')):>6.2f} {o.get('correct')}/"
+            f"{f.get('correct')} {o.get('tb_per_s', '')}",
+            flush=True,
+        )
+    result = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "gpu": torch.cuda.get_device_name(),
+        "num_sms": torch.cuda.get_device_properties(0).multi_processor_count,
+        "versions": versions(),
+        "kernel_sha256": kernel_sha256(),
+        "command": "mla-prefill bench "
+        + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
+        "method": __doc__.strip(),
+        "summary": random_summary(rows),
+        "batches": rows,
     }
     print(json.dumps(result["summary"]))
     if args.output:
