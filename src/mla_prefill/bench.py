@@ -575,20 +575,26 @@ def run_bench(args: argparse.Namespace) -> int:
             f"{o.get('error', '')}{row.get('ours_plan', {}).get('error', '')}{f.get('error', '')} {extra}",
             flush=True,
         )
+    return write_result(args, summarize(rows), workloads=rows,
+                        tiles_planned_for=args.target or "this GPU")  # fmt: skip
+
+
+def write_result(args: argparse.Namespace, summary: dict, **rows) -> int:
+    """The result document (when, where, with what, how measured, the summary, the rows):
+    printed in short, written whole to ``--output``."""
     result = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "gpu": torch.cuda.get_device_name(),
         "num_sms": torch.cuda.get_device_properties(0).multi_processor_count,
-        "tiles_planned_for": args.target or "this GPU",
         "versions": versions(),
         "kernel_sha256": kernel_sha256(),
         "command": "mla-prefill bench "
         + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
         "method": __doc__.strip(),
-        "summary": summarize(rows),
-        "workloads": rows,
+        "summary": summary,
     }
-    print(json.dumps(result["summary"]))
+    result.update(rows)
+    print(json.dumps(summary))
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(result, indent=1) + "\n")
@@ -613,23 +619,7 @@ def run_random(args: argparse.Namespace) -> int:
             f"{f.get('correct')} {o.get('tb_per_s', '')}",
             flush=True,
         )
-    result = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "gpu": torch.cuda.get_device_name(),
-        "num_sms": torch.cuda.get_device_properties(0).multi_processor_count,
-        "versions": versions(),
-        "kernel_sha256": kernel_sha256(),
-        "command": "mla-prefill bench "
-        + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
-        "method": __doc__.strip(),
-        "summary": random_summary(rows),
-        "batches": rows,
-    }
-    print(json.dumps(result["summary"]))
-    if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(json.dumps(result, indent=1) + "\n")
-    return 0
+    return write_result(args, random_summary(rows), batches=rows)
 
 
 if __name__ == "__main__":
