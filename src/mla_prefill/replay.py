@@ -170,11 +170,15 @@ def _run(args: argparse.Namespace, on_gpu: bool) -> int:
     root = find_root(args.root)
     if not args.root and not on_gpu:
         root = small_set(root) or root  # the interpreter cannot replay 1 GB caches
-    for path in [workloads_path(root), *sorted(traces_dir(root).rglob("*.jsonl"))]:
-        if path.exists():
-            for _ in iter_workload_lines(path):  # a bad line: path:line:column, not a traceback
-                pass
-    trace_set = TraceSet.from_path(str(root))
+    try:
+        trace_set = TraceSet.from_path(str(root))
+    except Exception:
+        # a line that does not parse: say which (path:line:column), not flashinfer-bench's trace
+        for path in [workloads_path(root), *sorted(traces_dir(root).rglob("*.jsonl"))]:
+            if path.exists():
+                for _ in iter_workload_lines(path):
+                    pass
+        raise
     if not trace_set.solutions.get(DEFINITION_NAME) and is_trace_set(root.parent):
         # a checkout's small/ set shares the checkout's solutions
         trace_set.solutions = TraceSet.from_path(str(root.parent)).solutions

@@ -172,15 +172,8 @@ def render_table(rows: List[dict], markdown: bool) -> str:
         ])  # fmt: skip
     out = []
     for hw, body in groups.items():
-        if markdown:
-            out.append(f"#### {hw}\n")
-            out.append("| " + " | ".join(head) + " |")
-            out.append("|" + "---|" * len(head))
-            out += ["| " + " | ".join(r) + " |" for r in body]
-        else:
-            out.append(f"== {hw}")
-            widths = [max(len(x) for x in col) for col in zip(head, *body)]
-            out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in [head] + body]
+        out.append(f"#### {hw}\n" if markdown else f"== {hw}")
+        out += _table(head, body, markdown)
         out.append("")
     return "\n".join(out).rstrip()
 

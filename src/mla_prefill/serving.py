@@ -113,7 +113,8 @@ class MLAPrefillPlan:
         self._buffers = {}
         self._partials = None
         self._bound: Optional[_Bound] = None
-        self._planned = None  # (total_q, batch, num_kv, config) of the last plan
+        # the last plan's sizes and tiles (None: not planned yet)
+        self.total_q = self.batch = self.num_kv = self.config = None
 
     # -- plan: once per batch -------------------------------------------------------------------
 
@@ -152,7 +153,6 @@ class MLAPrefillPlan:
                 raise ValueError("plan(validate=True) needs num_pages (ckv_cache.shape[0])")
             check_index_data(qo_indptr, kv_indptr, kv_indices, total_q, num_pages)
         self.scale = sm_scale_value(sm_scale)
-        self.total_q, self.batch, self.num_kv = total_q, batch, num_kv
         if config is None and total_q > 0:
             t = self.target or self.here or resolve_target(None, self.device)
             config = choose_config(
@@ -162,11 +162,9 @@ class MLAPrefillPlan:
             bad = config_problems(config, total_q, self.here, self.interpret)
             if bad:
                 raise ValueError("config: " + "; ".join(bad))
-        planned = (total_q, batch, num_kv, config)
-        if planned != self._planned:
+        if (total_q, batch, num_kv, config) != (self.total_q, self.batch, self.num_kv, self.config):
             self._bound = None  # the bound launches hold the sizes as fixed arguments
-        self._planned = planned
-        self.config = config
+        self.total_q, self.batch, self.num_kv, self.config = total_q, batch, num_kv, config
         # the indices into buffers the plan owns: a captured graph reads these, so a new plan of
         # a batch of the same sizes replays correctly
         self.qo_indptr = self._copy_in(0, "qo_indptr", qo_indptr)
@@ -240,7 +238,7 @@ class MLAPrefillPlan:
         return out, lse
 
     def _check(self, q_nope, q_pe, ckv_cache, kpe_cache, out, lse) -> None:
-        if self._planned is None:
+        if self.total_q is None:
             raise RuntimeError("run() before plan(): plan the batch first")
         check_inputs(
             q_nope, q_pe, ckv_cache, kpe_cache, self.qo_indptr, self.kv_indptr, self.kv_indices,
