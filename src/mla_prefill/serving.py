@@ -20,8 +20,8 @@ from typing import Optional, Tuple, Union
 
 import torch
 
-from mla_prefill.kernel import launch as launch_mod
 from mla_prefill.kernel.attention import is_interpreter
+from mla_prefill.kernel.bound import bind, call_bound
 from mla_prefill.kernel.config import KernelConfig, choose_config
 from mla_prefill.kernel.main import (
     _kernel,
@@ -228,11 +228,7 @@ class MLAPrefillPlan:
         slots = (q_nope, q_pe, ckv_cache, kpe_cache, self.qo_indptr, self.kv_indptr,
                  self.kv_indices, out, lse)  # fmt: skip
         if bound.direct:
-            stream = launch_mod._driver.active.get_current_stream(self.device.index)
-            for kernel, grid, template, tail in bound.launches:
-                args = [slots[a] if a.__class__ is int else a[0] for a in template]
-                kernel.run(*grid, stream, kernel.function, kernel.packed_metadata, None, None,
-                           None, *args, *tail)  # fmt: skip
+            call_bound(bound.launches, (*slots, *self._parts), self.device.index)
         else:
             execute(bound.plan, slots[:7], out, lse, self.scale)
         return out, lse
@@ -257,7 +253,7 @@ class MLAPrefillPlan:
 
     def _bind(self, key, q_nope, q_pe, ckv_cache, kpe_cache, out, lse) -> _Bound:
         """Plan the launches for this layout, run them through Triton (compiling if needed),
-        and keep each compiled kernel's launcher with its fixed arguments."""
+        and keep each compiled kernel's launcher with its fixed arguments (``kernel.bound``)."""
         shape = CallShape.of(q_nope, q_pe, ckv_cache, kpe_cache, out, lse, self.batch,
                              self.num_kv)  # fmt: skip
         plan = plan_call(shape, self.here, self.interpret, self.config)
@@ -272,29 +268,10 @@ class MLAPrefillPlan:
         slots[ARG_OUT], slots[ARG_LSE], slots[ARG_SCALE] = out, lse, self.scale * LOG2E
         parts = _carve(plan, self._partials) if sizes is not None else {}
         slots.update(parts)
-        index = {name: i for i, name in enumerate((*TENSOR_SLOTS, ARG_OUT, ARG_LSE))}
-        launches, direct = [], True
-        for ln in plan.launches:
-            fn = _kernel(ln.kernel)
-            args = tuple(slots[a] if a.__class__ is str else a for a in ln.args)
-            consts, options = dict(ln.consts), dict(ln.options)
-            launch_mod.launch(fn, ln.grid, args, consts, **options)
-            direct_ok = not self.interpret and launch_mod._SUPPORTED
-            kernel = launch_mod.cached_kernel(fn, args, consts, **options) if direct_ok else None
-            entry = None if kernel is None else launch_mod._new_entry(fn, kernel, args, consts)
-            if entry is None or entry.kernel is None:
-                direct = False  # Triton's own launch for every run of this layout
-                continue
-            # per argument: an index into the call's tensors, or a 1-tuple holding a fixed value
-            # (sizes, strides, the scale and the plan's own partial buffers)
-            template = tuple(
-                index[a] if a.__class__ is str and a in index
-                else (slots[a] if a.__class__ is str else a,)
-                for a in ln.args
-            )  # fmt: skip
-            grid = (*ln.grid, *(1,) * (3 - len(ln.grid)))
-            launches.append((entry.kernel, grid, template, entry.tail))
-        self._bound = _Bound(key, plan, launches, direct)
+        launches = bind(plan, slots, _kernel)  # launches this call; None: no direct launch
+        # the plan's own split buffers, passed per call like the call's tensors
+        self._parts = tuple(parts.get(k) for k in (ARG_PART_O, ARG_PART_LSE, ARG_TABLE))
+        self._bound = _Bound(key, plan, launches or [], launches is not None)
         return self._bound
 
 

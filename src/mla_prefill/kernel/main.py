@@ -5,18 +5,20 @@ This folder is packed verbatim into the solution JSON, so it imports nothing fro
 """
 
 import functools
-from typing import Optional, Tuple, Union
+from typing import Dict, Optional, Tuple, Union
 
 import torch
 import triton
 from triton.runtime.errors import OutOfResources
 
+from . import launch as launch_mod
 from .attention import (
     _combine_kernel,
     _mla_pooled_split_kernel,
     _mla_prefill_kernel,
     is_interpreter,
 )
+from .bound import Pointer, bind, call_bound, layout_key
 from .config import MAX_POOLED_TOKENS, KernelConfig, choose_config
 from .launch import launch
 from .plan import (
@@ -109,6 +111,7 @@ def mla_paged_prefill(
     validate: Optional[bool] = None,
     config: Optional[KernelConfig] = None,
     target: Union[None, str, Target] = None,
+    _bind_key: Optional[tuple] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """MLA paged causal prefill: ``output`` [total_q, 16, 512] bf16 and base-2 ``lse`` [total_q, 16] fp32.
 
@@ -148,9 +151,20 @@ def mla_paged_prefill(
         # Triton launches on the current device, not the tensors': make theirs current
         with torch.cuda.device(q_nope.device):
             return mla_paged_prefill(
-                q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices,
-                sm_scale, output, lse, validate=validate, config=config, target=target,
-            )  # fmt: skip
+                q_nope,
+                q_pe,
+                ckv_cache,
+                kpe_cache,
+                qo_indptr,
+                kv_indptr,
+                kv_indices,
+                sm_scale,
+                output,
+                lse,
+                validate=validate,
+                config=config,
+                target=target,
+            )  # fmt: skip  (not bound: the fast path runs on the current device only)
     # on the CPU the index values are host memory: checking them costs no sync, and the
     # interpreter has no memory protection (an out-of-range page would crash the process)
     if interpret or validation_requested(validate):
@@ -171,7 +185,15 @@ def mla_paged_prefill(
     plan = plan_call(shape, here, interpret, config, target)
     tensors = (q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices)
     launch_fn = _launch_checked if here is None else functools.partial(_launch_checked, here=here)
-    execute(plan, tensors, output, lse, scale, launch_fn)
+    if _bind_key is None or here is None:
+        execute(plan, tensors, output, lse, scale, launch_fn)
+        return output, lse
+    # the solution's run, first call of this layout: launch and keep the launchers
+    bound = bind(plan, call_slots(plan, tensors, output, lse, scale), _kernel, launch_fn)
+    if bound is not None:
+        if len(_BOUND) >= MAX_BOUND:
+            _BOUND.clear()
+        _BOUND[_bind_key] = (bound, partial_elements(plan), dev.index)
     return output, lse
 
 
@@ -207,6 +229,21 @@ def _kernel(name: str):
             "combine": _combine_kernel}[name]  # fmt: skip
 
 
+def call_slots(plan: LaunchPlan, tensors, output, lse, scale: float) -> dict:
+    """Argument name -> value for this call: its tensors, the scale, and the split buffers
+    (carved from one fresh allocation: one allocator call, not three)."""
+    slots = dict(zip(TENSOR_SLOTS, tensors))
+    slots[ARG_OUT], slots[ARG_LSE], slots[ARG_SCALE] = output, lse, scale * LOG2E
+    sizes = partial_elements(plan)
+    if sizes is not None:
+        n_o, n_l, n_t = sizes
+        buf = torch.empty(n_o + n_l + n_t, dtype=torch.float32, device=output.device)
+        slots[ARG_PART_O] = buf[:n_o].view(*plan.partials, NUM_QO_HEADS, HEAD_DIM_CKV)
+        slots[ARG_PART_LSE] = buf[n_o : n_o + n_l].view(*plan.partials, NUM_QO_HEADS)
+        slots[ARG_TABLE] = buf[n_o + n_l :].view(torch.int32)
+    return slots
+
+
 def execute(plan: LaunchPlan, tensors, output, lse, scale: float, launch_fn=launch) -> None:
     """Every launch of ``plan`` on this call's tensors (``tensors``: the seven inputs in the
     definition's order), through ``launch_fn(fn, grid, args, consts, **options)``.
@@ -214,16 +251,7 @@ def execute(plan: LaunchPlan, tensors, output, lse, scale: float, launch_fn=laun
     ``mla-prefill portability`` passes meta tensors and a recording ``launch_fn`` to compile,
     for any GPU, exactly the launches a call would make.
     """
-    slots = dict(zip(TENSOR_SLOTS, tensors))
-    slots[ARG_OUT], slots[ARG_LSE], slots[ARG_SCALE] = output, lse, scale * LOG2E
-    sizes = partial_elements(plan)
-    if sizes is not None:
-        # the fp32 partials carved from one allocation (one allocator call, not three)
-        n_o, n_l, n_t = sizes
-        buf = torch.empty(n_o + n_l + n_t, dtype=torch.float32, device=output.device)
-        slots[ARG_PART_O] = buf[:n_o].view(*plan.partials, NUM_QO_HEADS, HEAD_DIM_CKV)
-        slots[ARG_PART_LSE] = buf[n_o : n_o + n_l].view(*plan.partials, NUM_QO_HEADS)
-        slots[ARG_TABLE] = buf[n_o + n_l :].view(torch.int32)
+    slots = call_slots(plan, tensors, output, lse, scale)
     for ln in plan.launches:
         args = tuple(slots[a] if a.__class__ is str else a for a in ln.args)
         launch_fn(_kernel(ln.kernel), ln.grid, args, dict(ln.consts), **dict(ln.options))
@@ -265,6 +293,25 @@ def _launch_checked(fn, grid, args, consts, here: Optional[Target] = None, **opt
         ) from None
 
 
+# the solution's run: launchers bound per call layout (``bound.layout_key`` + the scale and the
+# current device), so a repeated layout skips checks, planning and Triton's binding
+_BOUND: Dict[tuple, tuple] = {}
+MAX_BOUND = 1024
+
+
+def _run_key(tensors: tuple, sm_scale) -> Optional[tuple]:
+    """The bound-launch key of a ``run`` call, or None where every call must take the full path
+    (the interpreter, validation on, a launch hook, a tensor scale, not tensors)."""
+    if sm_scale.__class__ is not float or is_interpreter() or not launch_mod.hooks_idle():
+        return None
+    if validation_requested(None):
+        return None
+    try:
+        return (*layout_key(*tensors), sm_scale, launch_mod._driver.active.get_current_device())
+    except (AttributeError, TypeError):
+        return None
+
+
 def run(
     q_nope: torch.Tensor,
     q_pe: torch.Tensor,
@@ -280,7 +327,25 @@ def run(
     """FlashInfer-Bench entry point (destination-passing style: writes ``output`` and ``lse``).
 
     Exactly the definition's inputs then outputs, as flashinfer-bench's signature check expects.
+    The first call of a layout is checked, planned and launched through Triton, and its
+    launchers are kept; a later call with the same layout key (same shapes, strides, dtypes,
+    devices, alignment and scale: the same checks pass, the same launches follow) calls them.
     """
-    mla_paged_prefill(
-        q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices, sm_scale, output, lse
-    )
+    tensors = (q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices, output, lse)
+    key = _run_key(tensors, sm_scale)
+    hit = None if key is None else _BOUND.get(key)
+    if hit is None:
+        mla_paged_prefill(
+            q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices, sm_scale,
+            output, lse, _bind_key=key,
+        )  # fmt: skip
+        return
+    bound, sizes, device = hit
+    if sizes is None:
+        call_bound(bound, tensors, device)
+        return
+    n_o, n_l, n_t = sizes
+    buf = torch.empty(n_o + n_l + n_t, dtype=torch.float32, device=q_nope.device)
+    base = buf.data_ptr()  # the pieces' offsets keep the 16-byte alignment they were bound with
+    parts = (Pointer(base), Pointer(base + 4 * n_o), Pointer(base + 4 * (n_o + n_l)))
+    call_bound(bound, (*tensors, *parts), device)
