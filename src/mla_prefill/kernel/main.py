@@ -150,21 +150,11 @@ def mla_paged_prefill(
     if not interpret and q_nope.device.index != torch.cuda.current_device():
         # Triton launches on the current device, not the tensors': make theirs current
         with torch.cuda.device(q_nope.device):
+            # (not bound for ``run``'s fast path, which calls on the current device only)
             return mla_paged_prefill(
-                q_nope,
-                q_pe,
-                ckv_cache,
-                kpe_cache,
-                qo_indptr,
-                kv_indptr,
-                kv_indices,
-                sm_scale,
-                output,
-                lse,
-                validate=validate,
-                config=config,
-                target=target,
-            )  # fmt: skip  (not bound: the fast path runs on the current device only)
+                q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices,
+                sm_scale, output, lse, validate=validate, config=config, target=target,
+            )  # fmt: skip
     # on the CPU the index values are host memory: checking them costs no sync, and the
     # interpreter has no memory protection (an out-of-range page would crash the process)
     if interpret or validation_requested(validate):
@@ -229,29 +219,42 @@ def _kernel(name: str):
             "combine": _combine_kernel}[name]  # fmt: skip
 
 
-def call_slots(plan: LaunchPlan, tensors, output, lse, scale: float) -> dict:
-    """Argument name -> value for this call: its tensors, the scale, and the split buffers
-    (carved from one fresh allocation: one allocator call, not three)."""
+def carve_partials(plan: LaunchPlan, buf: torch.Tensor) -> dict:
+    """The split path's fp32 partials (output, lse) and its int32 work table, as views of one
+    buffer of at least ``sum(partial_elements(plan))`` fp32 elements."""
+    n_o, n_l, n_t = partial_elements(plan)
+    return {
+        ARG_PART_O: buf[:n_o].view(*plan.partials, NUM_QO_HEADS, HEAD_DIM_CKV),
+        ARG_PART_LSE: buf[n_o : n_o + n_l].view(*plan.partials, NUM_QO_HEADS),
+        ARG_TABLE: buf[n_o + n_l : n_o + n_l + n_t].view(torch.int32),
+    }
+
+
+def call_slots(plan: LaunchPlan, tensors, output, lse, scale: float, partials=None) -> dict:
+    """Argument name -> value for this call: its tensors, the scale, and the split buffers,
+    carved from ``partials`` or else from one fresh allocation (one allocator call, not
+    three)."""
     slots = dict(zip(TENSOR_SLOTS, tensors))
     slots[ARG_OUT], slots[ARG_LSE], slots[ARG_SCALE] = output, lse, scale * LOG2E
     sizes = partial_elements(plan)
     if sizes is not None:
-        n_o, n_l, n_t = sizes
-        buf = torch.empty(n_o + n_l + n_t, dtype=torch.float32, device=output.device)
-        slots[ARG_PART_O] = buf[:n_o].view(*plan.partials, NUM_QO_HEADS, HEAD_DIM_CKV)
-        slots[ARG_PART_LSE] = buf[n_o : n_o + n_l].view(*plan.partials, NUM_QO_HEADS)
-        slots[ARG_TABLE] = buf[n_o + n_l :].view(torch.int32)
+        if partials is None:
+            partials = torch.empty(sum(sizes), dtype=torch.float32, device=output.device)
+        slots.update(carve_partials(plan, partials))
     return slots
 
 
-def execute(plan: LaunchPlan, tensors, output, lse, scale: float, launch_fn=launch) -> None:
+def execute(
+    plan: LaunchPlan, tensors, output, lse, scale: float, launch_fn=launch, partials=None
+) -> None:
     """Every launch of ``plan`` on this call's tensors (``tensors``: the seven inputs in the
-    definition's order), through ``launch_fn(fn, grid, args, consts, **options)``.
+    definition's order), through ``launch_fn(fn, grid, args, consts, **options)``; the split
+    buffers are carved from ``partials`` when given (see ``call_slots``).
 
     ``mla-prefill portability`` passes meta tensors and a recording ``launch_fn`` to compile,
     for any GPU, exactly the launches a call would make.
     """
-    slots = call_slots(plan, tensors, output, lse, scale)
+    slots = call_slots(plan, tensors, output, lse, scale, partials)
     for ln in plan.launches:
         args = tuple(slots[a] if a.__class__ is str else a for a in ln.args)
         launch_fn(_kernel(ln.kernel), ln.grid, args, dict(ln.consts), **dict(ln.options))
