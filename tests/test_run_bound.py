@@ -70,3 +70,69 @@ def test_another_layout_is_checked_again(device):
     _call(x, out, lse)
     with pytest.raises(ValueError, match="q_pe: expected dtype torch.bfloat16"):
         main.run(*[x[k] if k != "q_pe" else x[k].float() for k in ARGS], out, lse)
+
+
+def _refill(x, seed):
+    """New values in the same buffers (same pointers, same layout)."""
+    g = torch.Generator(device=x["q_nope"].device).manual_seed(seed)
+    for k in ("q_nope", "q_pe", "ckv_cache", "kpe_cache"):
+        x[k].copy_(torch.randn(x[k].shape, generator=g, device=x[k].device).to(x[k].dtype))
+
+
+@pytest.mark.gpu
+def test_split_calls_of_one_layout_on_two_streams_concurrently(device):
+    """Bound split calls take their split buffers per stream: two streams running the same
+    layout at once never share them."""
+    lengths = BATCHES["pooled split"]
+    pages = sum(k for _, k in lengths) + 30
+    main._BOUND.clear()
+    xs = [make_batch_inputs(Batch(lengths, pages, 20 + i), device) for i in range(2)]
+    outs = [poisoned_outputs(x["q_nope"].shape[0], device) for x in xs]
+    for x, (o, s) in zip(xs, outs):
+        _call(x, o, s)  # the first binds, the second takes the bound launches
+    assert len(main._BOUND) == 1
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    torch.cuda.synchronize()
+    for o, s in outs:
+        o.fill_(float("nan"))
+        s.fill_(float("nan"))
+    for _ in range(3):
+        for st, x, (o, s) in zip(streams, xs, outs):
+            st.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(st):
+                _call(x, o, s)
+    torch.cuda.synchronize()
+    for x, (o, s) in zip(xs, outs):
+        _check(x, o, s)
+
+
+@pytest.mark.gpu
+def test_a_captured_split_call_replays_new_values(device):
+    """A bound split call captured into a CUDA graph allocates its split buffers from the
+    graph's pool (not the stream's reusable ones) and replays right on new values; eager calls
+    after it stay right."""
+    lengths = BATCHES["pooled split"]
+    pages = sum(k for _, k in lengths) + 30
+    main._BOUND.clear()
+    x = make_batch_inputs(Batch(lengths, pages, 30), device)
+    out, lse = poisoned_outputs(x["q_nope"].shape[0], device)
+    _call(x, out, lse)  # binds
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        _call(x, out, lse)  # bound, eager, on the capture stream
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        _call(x, out, lse)
+    for seed in (1, 2):
+        _refill(x, seed)
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        _check(x, out, lse)
+    out.fill_(float("nan"))
+    _call(x, out, lse)
+    torch.cuda.synchronize()
+    _check(x, out, lse)

@@ -172,14 +172,15 @@ def time_gpu(fn: Callable[[], None], scrub: torch.Tensor, iters: int) -> Tuple[f
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)), ahead
 
 
-def time_host(fn: Callable[[], None], calls: int = 40, rounds: int = 3) -> float:
+def time_host(fn: Callable[[], None], calls: int = 40, rounds: int = 7) -> float:
     """Host microseconds per call of ``fn`` with the GPU held: a spin kernel keeps the stream
     busy while the host queues ``calls`` calls, so no call waits for the device; median of
-    ``rounds``."""
+    ``rounds`` (a round the spin did not cover is dropped). Three rounds left a 9 us spread
+    between two runs of one call (ed999c80's planned run, 23.7 and 32.6 us)."""
     per_call = []
     for _ in range(rounds):
         torch.cuda.synchronize()
-        torch.cuda._sleep(int(60 * SPIN_CYCLES_PER_MS))  # ~60 ms: longer than the host's loop
+        torch.cuda._sleep(int(20 * SPIN_CYCLES_PER_MS))  # ~20 ms: longer than the host's loop
         spun = torch.cuda.Event()
         spun.record()
         t0 = time.perf_counter()

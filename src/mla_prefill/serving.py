@@ -21,7 +21,7 @@ from typing import Optional, Tuple, Union
 import torch
 
 from mla_prefill.kernel.attention import is_interpreter
-from mla_prefill.kernel.bound import bind, call_bound, layout_key
+from mla_prefill.kernel.bound import bind, call_bound, current_stream, layout_key
 from mla_prefill.kernel.config import KernelConfig, choose_config
 from mla_prefill.kernel.main import (
     _kernel,
@@ -207,7 +207,7 @@ class MLAPrefillPlan:
         slots = (q_nope, q_pe, ckv_cache, kpe_cache, self.qo_indptr, self.kv_indptr,
                  self.kv_indices, out, lse)  # fmt: skip
         if bound.direct:
-            call_bound(bound.launches, (*slots, *self._parts), self.device.index)
+            call_bound(bound.launches, (*slots, *self._parts), current_stream(self.device.index))
         else:
             execute(bound.plan, slots[:7], out, lse, self.scale, partials=self._partials)
         return out, lse

@@ -69,10 +69,14 @@ class Pointer:
         return self.address
 
 
-def call_bound(bound: list, tensors: Tuple[Any, ...], device: int) -> None:
+def current_stream(device: int) -> int:
+    """The handle of ``device``'s current stream (what a bound launch runs on)."""
+    return launch_mod._driver.active.get_current_stream(device)
+
+
+def call_bound(bound: list, tensors: Tuple[Any, ...], stream: int) -> None:
     """Every launch of ``bound`` with this call's values (``CALL_SLOTS`` order; split buffers
-    as tensors or ``Pointer``), on the current stream of ``device``."""
-    stream = launch_mod._driver.active.get_current_stream(device)
+    as tensors or ``Pointer``), on ``stream`` (``current_stream``)."""
     for kernel, grid, template, tail in bound:
         args = [tensors[a] if a.__class__ is int else a[0] for a in template]
         kernel.run(*grid, stream, kernel.function, kernel.packed_metadata, None, None, None,

@@ -18,7 +18,7 @@ from .attention import (
     _mla_prefill_kernel,
     is_interpreter,
 )
-from .bound import Pointer, bind, call_bound, layout_key
+from .bound import Pointer, bind, call_bound, current_stream, layout_key
 from .config import MAX_POOLED_TOKENS, KernelConfig, choose_config
 from .launch import launch
 from .plan import (
@@ -302,10 +302,31 @@ _BOUND: Dict[tuple, tuple] = {}
 MAX_BOUND = 1024
 
 
+# the split buffers of the solution's run per (device, stream), grown to the largest call's
+# and reused by the later calls of that stream (stream order keeps them apart), as a FlashInfer
+# wrapper keeps its workspace; a call captured into a CUDA graph allocates its own
+_WORKSPACE: Dict[Tuple[int, int], torch.Tensor] = {}
+
+
+def _split_buffers(sizes: Tuple[int, int, int], device: int, stream: int):
+    """(buffer, pointers to its three pieces) for a bound split call on ``stream``."""
+    n_o, n_l, n_t = sizes
+    n = n_o + n_l + n_t
+    if torch.cuda.is_current_stream_capturing():
+        buf = torch.empty(n, dtype=torch.float32, device=device)  # the graph's own pool
+    else:
+        buf = _WORKSPACE.get((device, stream))
+        if buf is None or buf.numel() < n:
+            buf = _WORKSPACE[device, stream] = torch.empty(n, dtype=torch.float32, device=device)
+    base = buf.data_ptr()  # the pieces' offsets keep the 16-byte alignment they were bound with
+    return buf, (Pointer(base), Pointer(base + 4 * n_o), Pointer(base + 4 * (n_o + n_l)))
+
+
 def _run_key(tensors: tuple, sm_scale) -> Optional[tuple]:
     """The bound-launch key of a ``run`` call, or None where every call must take the full path
-    (the interpreter, validation on, a launch hook, a tensor scale, not tensors)."""
-    if sm_scale.__class__ is not float or is_interpreter() or not launch_mod.hooks_idle():
+    (validation on, a launch hook, a tensor scale, not tensors; under the interpreter ``bind``
+    keeps nothing, so every call takes it too)."""
+    if sm_scale.__class__ is not float or not launch_mod.hooks_idle():
         return None
     if validation_requested(None):
         return None
@@ -344,11 +365,10 @@ def run(
         )  # fmt: skip
         return
     bound, sizes, device = hit
+    stream = current_stream(device)
     if sizes is None:
-        call_bound(bound, tensors, device)
+        call_bound(bound, tensors, stream)
         return
-    n_o, n_l, n_t = sizes
-    buf = torch.empty(n_o + n_l + n_t, dtype=torch.float32, device=q_nope.device)
-    base = buf.data_ptr()  # the pieces' offsets keep the 16-byte alignment they were bound with
-    parts = (Pointer(base), Pointer(base + 4 * n_o), Pointer(base + 4 * (n_o + n_l)))
-    call_bound(bound, (*tensors, *parts), device)
+    buf, parts = _split_buffers(sizes, device, stream)
+    call_bound(bound, (*tensors, *parts), stream)
+    del buf  # (held until every launch is queued)
