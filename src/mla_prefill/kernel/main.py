@@ -324,13 +324,15 @@ def _split_buffers(sizes: Tuple[int, int, int], device: int, stream: int):
 
 def _run_key(tensors: tuple, sm_scale) -> Optional[tuple]:
     """The bound-launch key of a ``run`` call, or None where every call must take the full path
-    (validation on, a launch hook, a tensor scale, not tensors; under the interpreter ``bind``
-    keeps nothing, so every call takes it too)."""
+    (host tensors: the interpreter; validation on, a launch hook, a tensor scale, not
+    tensors)."""
     if sm_scale.__class__ is not float or not launch_mod.hooks_idle():
         return None
     if validation_requested(None):
         return None
     try:
+        if not tensors[0].is_cuda:
+            return None
         return (*layout_key(*tensors), sm_scale, launch_mod._driver.active.get_current_device())
     except (AttributeError, TypeError):
         return None
