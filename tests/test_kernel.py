@@ -159,6 +159,8 @@ POOLED_CASES = {
     "one_long_range_38_pieces": ([(1, 600)], 40),
     "mixed_lengths_and_empty": ([(1, 200), (0, 0), (1, 3), (4, 0), (2, 17), (1, 1), (3, 90)], 6),
     "guess_misses": (EDGE_CASES["guess_misses"], 3),
+    # 8 programs: pieces of sum / 8 (128 positions) would take 10 slots; bisected to 160 (7)
+    "tails_over_budget": ([(1, 300), (1, 300), (1, 300), (1, 50)], 2),
 }
 
 
@@ -309,6 +311,10 @@ def test_choose_config_from_shapes_only():
     assert decode.split and 22 * decode.num_splits <= 3 * 132 and not decode.problems()
     # split decode: 8 warps too, one wave of pooled pieces at 3 stages where they fit
     assert decode.num_stages == 3 and decode.num_splits == 6
+    # 64 x 1 token over 16,700 positions: one wave of halves (128 programs), not two of thirds
+    assert choose_config(64, 64, 64 * 16_700, H200).num_splits == 2
+    # 90 tokens: three waves of quarters (one of whole ranges or two of halves take longer)
+    assert choose_config(90, 90, 90 * 10_000, H200).num_splits == 4
     # not on an A100 (167,936 B > 166,912) nor on sm_100 (3 stages spill there)
     assert knobs(22, 22, 17759, target=A100) == (64, 8, 2)
     assert knobs(22, 22, 17759, target=B200) == (64, 8, 2)

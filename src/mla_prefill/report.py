@@ -339,8 +339,9 @@ def bench_section(path: Path, shown: str) -> List[str]:
     lines += [
         "",
         "GPU ms, TFLOP/s: kernel time (the same kernels for both of our calls). Host us: host time "
-        "per call with the GPU held and 40 calls queued; `ours`: the solution's `run` (planning "
-        "in every call), `plan`: `serving.MLAPrefillPlan.run` after one `plan`, FI: FlashInfer's "
+        "per call with the GPU held and 40 calls queued (median of 7 rounds); `ours`: the "
+        "solution's `run` (a repeated layout calls the launchers its first call bound), `plan`: "
+        "`serving.MLAPrefillPlan.run` after one `plan`, FI: FlashInfer's "
         "`run` after its `plan`. Wall ms: synced, one call (`plan`'s path and FlashInfer's).",
         "",
         "| workload | tokens | seqs | ours GPU ms | FI GPU ms | x FI | ours TFLOP/s | host us: ours | plan | FI | wall ms: plan | FI |",

@@ -20,11 +20,12 @@ from typing import Optional, Tuple, Union
 
 import torch
 
-from mla_prefill.kernel import launch as launch_mod
 from mla_prefill.kernel.attention import is_interpreter
+from mla_prefill.kernel.bound import bind, call_bound, current_stream, layout_key
 from mla_prefill.kernel.config import KernelConfig, choose_config
 from mla_prefill.kernel.main import (
     _kernel,
+    call_slots,
     config_problems,
     execute,
     gluon_available,
@@ -32,14 +33,9 @@ from mla_prefill.kernel.main import (
     resolve_target,
 )
 from mla_prefill.kernel.plan import (
-    ARG_LSE,
-    ARG_OUT,
     ARG_PART_LSE,
     ARG_PART_O,
-    ARG_SCALE,
     ARG_TABLE,
-    LOG2E,
-    TENSOR_SLOTS,
     CallShape,
     LaunchPlan,
     partial_elements,
@@ -64,23 +60,6 @@ class _Bound:
 
     def __init__(self, key, plan: LaunchPlan, launches, direct: bool):
         self.key, self.plan, self.launches, self.direct = key, plan, launches, direct
-
-
-def _layout_key(q_nope, q_pe, ckv_cache, kpe_cache, out, lse) -> tuple:
-    """Everything a bound launch and the input checks depend on: per tensor its shape, strides,
-    dtype, device index and whether 16 divides its address (Triton specialises on it). A call
-    whose key equals a checked, bound call's passes the same checks and takes the same launches.
-    """
-    return (
-        q_nope.shape, q_nope.stride(), q_nope.dtype, q_nope.get_device(), q_nope.data_ptr() & 15,
-        q_pe.shape, q_pe.stride(), q_pe.dtype, q_pe.get_device(), q_pe.data_ptr() & 15,
-        ckv_cache.shape, ckv_cache.stride(), ckv_cache.dtype, ckv_cache.get_device(),
-        ckv_cache.data_ptr() & 15,
-        kpe_cache.shape, kpe_cache.stride(), kpe_cache.dtype, kpe_cache.get_device(),
-        kpe_cache.data_ptr() & 15,
-        out.shape, out.stride(), out.dtype, out.get_device(), out.data_ptr() & 15,
-        lse.shape, lse.stride(), lse.dtype, lse.get_device(), lse.data_ptr() & 15,
-    )  # fmt: skip
 
 
 class MLAPrefillPlan:
@@ -211,7 +190,7 @@ class MLAPrefillPlan:
             if lse is None:
                 lse = torch.empty((q_nope.shape[0], NUM_QO_HEADS), dtype=torch.float32,
                                   device=q_nope.device)  # fmt: skip
-            key = _layout_key(q_nope, q_pe, ckv_cache, kpe_cache, out, lse)
+            key = layout_key(q_nope, q_pe, ckv_cache, kpe_cache, out, lse)
         except (AttributeError, TypeError, IndexError):  # not tensors: say which, and what
             self._check(q_nope, q_pe, ckv_cache, kpe_cache, out, lse)
             raise
@@ -228,13 +207,9 @@ class MLAPrefillPlan:
         slots = (q_nope, q_pe, ckv_cache, kpe_cache, self.qo_indptr, self.kv_indptr,
                  self.kv_indices, out, lse)  # fmt: skip
         if bound.direct:
-            stream = launch_mod._driver.active.get_current_stream(self.device.index)
-            for kernel, grid, template, tail in bound.launches:
-                args = [slots[a] if a.__class__ is int else a[0] for a in template]
-                kernel.run(*grid, stream, kernel.function, kernel.packed_metadata, None, None,
-                           None, *args, *tail)  # fmt: skip
+            call_bound(bound.launches, (*slots, *self._parts), current_stream(self.device.index))
         else:
-            execute(bound.plan, slots[:7], out, lse, self.scale)
+            execute(bound.plan, slots[:7], out, lse, self.scale, partials=self._partials)
         return out, lse
 
     def _check(self, q_nope, q_pe, ckv_cache, kpe_cache, out, lse) -> None:
@@ -257,7 +232,7 @@ class MLAPrefillPlan:
 
     def _bind(self, key, q_nope, q_pe, ckv_cache, kpe_cache, out, lse) -> _Bound:
         """Plan the launches for this layout, run them through Triton (compiling if needed),
-        and keep each compiled kernel's launcher with its fixed arguments."""
+        and keep each compiled kernel's launcher with its fixed arguments (``kernel.bound``)."""
         shape = CallShape.of(q_nope, q_pe, ckv_cache, kpe_cache, out, lse, self.batch,
                              self.num_kv)  # fmt: skip
         plan = plan_call(shape, self.here, self.interpret, self.config)
@@ -268,43 +243,12 @@ class MLAPrefillPlan:
                 self._partials = torch.empty(n, dtype=torch.float32, device=self.device)
         tensors = (q_nope, q_pe, ckv_cache, kpe_cache, self.qo_indptr, self.kv_indptr,
                    self.kv_indices)  # fmt: skip
-        slots = dict(zip(TENSOR_SLOTS, tensors))
-        slots[ARG_OUT], slots[ARG_LSE], slots[ARG_SCALE] = out, lse, self.scale * LOG2E
-        parts = _carve(plan, self._partials) if sizes is not None else {}
-        slots.update(parts)
-        index = {name: i for i, name in enumerate((*TENSOR_SLOTS, ARG_OUT, ARG_LSE))}
-        launches, direct = [], True
-        for ln in plan.launches:
-            fn = _kernel(ln.kernel)
-            args = tuple(slots[a] if a.__class__ is str else a for a in ln.args)
-            consts, options = dict(ln.consts), dict(ln.options)
-            launch_mod.launch(fn, ln.grid, args, consts, **options)
-            direct_ok = not self.interpret and launch_mod._SUPPORTED
-            kernel = launch_mod.cached_kernel(fn, args, consts, **options) if direct_ok else None
-            entry = None if kernel is None else launch_mod._new_entry(fn, kernel, args, consts)
-            if entry is None or entry.kernel is None:
-                direct = False  # Triton's own launch for every run of this layout
-                continue
-            # per argument: an index into the call's tensors, or a 1-tuple holding a fixed value
-            # (sizes, strides, the scale and the plan's own partial buffers)
-            template = tuple(
-                index[a] if a.__class__ is str and a in index
-                else (slots[a] if a.__class__ is str else a,)
-                for a in ln.args
-            )  # fmt: skip
-            grid = (*ln.grid, *(1,) * (3 - len(ln.grid)))
-            launches.append((entry.kernel, grid, template, entry.tail))
-        self._bound = _Bound(key, plan, launches, direct)
+        slots = call_slots(plan, tensors, out, lse, self.scale, self._partials)
+        launches = bind(plan, slots, _kernel)  # launches this call; None: no direct launch
+        # the plan's own split buffers, passed per call like the call's tensors
+        self._parts = tuple(slots.get(k) for k in (ARG_PART_O, ARG_PART_LSE, ARG_TABLE))
+        self._bound = _Bound(key, plan, launches or [], launches is not None)
         return self._bound
-
-
-def _carve(plan: LaunchPlan, buf: torch.Tensor) -> dict:
-    n_o, n_l, n_t = partial_elements(plan)
-    return {
-        ARG_PART_O: buf[:n_o].view(*plan.partials, NUM_QO_HEADS, HEAD_DIM_CKV),
-        ARG_PART_LSE: buf[n_o : n_o + n_l].view(*plan.partials, NUM_QO_HEADS),
-        ARG_TABLE: buf[n_o + n_l : n_o + n_l + n_t].view(_I32),
-    }
 
 
 def _describe(t) -> str:

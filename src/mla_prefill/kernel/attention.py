@@ -401,10 +401,11 @@ def _mla_pooled_split_kernel(
     pieces of one size, so every program does about the same work whatever the lengths.
 
     Every program sizes every token's range ``W_t`` (its sequence by the same proportional guess
-    and binary search as the main kernel, vectorised), takes the piece size
-    ``C = max(ceil(sum W / num_pieces), MIN_CHUNK)`` rounded up to ``BLOCK_N``, and numbers the
-    pieces token by token: token t owns ``ceil(W_t / C)`` consecutive slots from
-    ``start_t = sum_{t' < t} ceil(W_t' / C)`` (at most ``num_pieces + total_q`` in all, the grid).
+    and binary search as the main kernel, vectorised), takes the smallest piece size ``C`` (a
+    multiple of ``BLOCK_N``, at least ``MIN_CHUNK`` and ``sum W / num_pieces``) whose pieces
+    ``sum ceil(W_t / C)`` fit the ``num_pieces`` programs of the grid (whole waves: the plan's
+    choice), and numbers the pieces token by token: token t owns ``ceil(W_t / C)`` consecutive
+    slots from ``start_t = sum_{t' < t} ceil(W_t' / C)``.
     Program ``q`` attends its slot's piece and writes the normalised partial output and base-2
     lse there; program 0 also writes ``start_t`` and the count per token to ``table`` for the
     combine. Pieces cost the same, unlike equal fractions of unequal ranges (ed999c80: 82-2103
@@ -441,6 +442,18 @@ def _mla_pooled_split_kernel(
     chunk = tl.cdiv(tl.cdiv(total, num_pieces), BLOCK_N) * BLOCK_N
     chunk = tl.maximum(chunk, MIN_CHUNK).to(tl.int32)  # <= the longest range + BLOCK_N
     count = tl.cdiv(work, chunk)
+    if tl.sum(count, 0) > num_pieces:
+        # the ranges' tails take more slots than the budget: bisect (in BLOCK_N steps) for the
+        # smallest piece within it. One piece per range always is (num_pieces >= total_q)
+        lo_c = chunk
+        hi_c = tl.cdiv(tl.max(work, 0), BLOCK_N) * BLOCK_N
+        while hi_c - lo_c > BLOCK_N:
+            mid = (lo_c + hi_c) // (2 * BLOCK_N) * BLOCK_N
+            over = tl.sum(tl.cdiv(work, mid), 0) > num_pieces
+            lo_c = tl.where(over, mid, lo_c)
+            hi_c = tl.where(over, hi_c, mid)
+        chunk = hi_c
+        count = tl.cdiv(work, chunk)
     ends = tl.cumsum(count, 0)
     starts = ends - count
     if q == 0:

@@ -131,6 +131,28 @@ def _fit(block_t: int, block_n: int, num_stages: int, target: Target) -> Tuple[i
     return block_n, num_stages
 
 
+MAX_POOLED_WAVES = 4  # more waves of pooled pieces: shorter pieces, more partials to combine
+# a pooled piece's fixed cost in KV positions (sizing the pool, the query load, writing the
+# partial: a few microseconds where a program gathers 15-20 positions per microsecond)
+POOLED_PIECE_COST = 128
+
+
+def _pooled_splits(total_q: int, num_sms: int, range_len: float) -> int:
+    """Pieces per token of a pooled split over ranges about ``range_len`` long: ``w * num_sms //
+    total_q`` for the number of waves ``w`` (1 to ``MAX_POOLED_WAVES``) that takes the least
+    time, ``w * (range_len / pieces + POOLED_PIECE_COST)``; the fewest waves among equals. 64
+    tokens over 16,700 positions on 132 SMs: one wave of halves, 0.41 ms against 0.52 for two
+    waves of thirds (``docs/design.md``); 90 tokens: three waves of quarters."""
+
+    def cost(w: int) -> tuple:
+        pieces = w * num_sms // total_q
+        return (w * (range_len / pieces + POOLED_PIECE_COST), w)
+
+    # at least two pieces: one piece per token is the unsplit kernel's work at 2 stages, where
+    # two waves of halves at 3 stages took 0.57 ms against 1.42 (122 tokens over 575K positions)
+    return max(2, min(range(1, MAX_POOLED_WAVES + 1), key=cost) * num_sms // total_q)
+
+
 def choose_config(
     total_q: int,
     batch: int,
@@ -158,8 +180,9 @@ def choose_config(
       deepest pipeline that fits the target's shared memory (``_fit``).
     - When the query tiles leave SMs idle, sequences average >= 256 KV positions and the prefix
       dominates (at least as many KV positions as queries again), the KV is split, no piece
-      shorter than ``DEFAULT_MIN_CHUNK``: 1-token tiles pool their ranges into about one wave
-      of equal pieces (``num_splits * total_q``, 3 stages where they fit), larger tiles cut
+      shorter than ``DEFAULT_MIN_CHUNK``: 1-token tiles pool their ranges into whole waves of
+      pieces of one size (``num_splits * total_q`` programs, ``_pooled_splits``; 3 stages
+      where they fit), larger tiles cut
       every tile's range over about two waves of programs (``num_splits`` per tile); the split
       count is bounded so the fp32 partial outputs stay under ``PARTIAL_BYTES_CAP``.
     """
@@ -200,9 +223,9 @@ def choose_config(
     num_tiles = -(-total_q // block_t)
     num_splits = 1
     if num_tiles < num_sms and long_prefix:
-        # pooled pieces (1-token tiles, Triton kernel) are all alike: about one wave of them,
-        # with the gathers double-buffered where 3 stages fit (ed999c80: 23.5 us against 25.4
-        # at 2 stages, 26.6 at two waves of 128-key pieces). Per-tile splits: about two waves
+        # pooled pieces (1-token tiles, Triton kernel) are all alike: whole waves of them, with
+        # the gathers double-buffered where 3 stages fit (ed999c80: 23.5 us against 25.4 at 2
+        # stages, 26.6 at two waves of 128-key pieces). Per-tile splits: about two waves
         pooled = pools_ranges(block_t, kernel)
         if (
             pooled
@@ -210,7 +233,10 @@ def choose_config(
             and shared_estimate(1, block_n, 3, target.capability) <= target.max_shared
         ):
             num_stages = 3  # 167,936 B at 64-key steps: more than an A100 has
-        num_splits = -(-(1 if pooled else 2) * num_sms // num_tiles)
+        if pooled:
+            num_splits = _pooled_splits(num_tiles, num_sms, avg_kv)
+        else:
+            num_splits = -(-2 * num_sms // num_tiles)
         num_splits = min(num_splits, -(-num_kv_indices // DEFAULT_MIN_CHUNK))
         max_splits = max(1, PARTIAL_BYTES_CAP // (total_q * NUM_QO_HEADS * HEAD_DIM_CKV * 4))
         num_splits = max(1, min(num_splits, max_splits, MAX_SPLITS))

@@ -84,6 +84,23 @@ def _plain(fn, grid, args, consts, options):
     return fn[grid](*args, **consts, **options)
 
 
+def hooks_idle() -> bool:
+    """No launch hook is set (a profiler sets one): launching without Triton skips nothing."""
+    return _idle(knobs.runtime.launch_enter_hook) and _idle(knobs.runtime.launch_exit_hook)
+
+
+def direct_launch_possible(fn) -> bool:
+    """Whether calls of ``fn`` may skip ``JITFunction.run``: Triton 3.6, no launch or pre-run
+    hook, a compiled (not interpreted) kernel, and ``MLA_PREFILL_TRITON_LAUNCH`` unset."""
+    return (
+        _SUPPORTED
+        and not TRITON_LAUNCH
+        and isinstance(fn, JITFunction)  # the interpreter's InterpretedFunction is not one
+        and not fn.pre_run_hooks
+        and hooks_idle()
+    )
+
+
 def cache_key(
     fn, device: int, cls: Tuple[Any, ...], consts: Dict[str, Any], options: Dict[str, Any]
 ):
@@ -108,14 +125,7 @@ def launch(
     ``args`` are the kernel's leading runtime parameters, in order; ``consts`` every remaining
     (constexpr) parameter by name; ``options`` Triton's (``num_warps``, ``launch_pdl``, ...).
     """
-    if (
-        not _SUPPORTED
-        or not _idle(knobs.runtime.launch_enter_hook)
-        or not _idle(knobs.runtime.launch_exit_hook)
-        or not isinstance(fn, JITFunction)  # the interpreter's InterpretedFunction is not one
-        or fn.pre_run_hooks
-        or TRITON_LAUNCH
-    ):
+    if not direct_launch_possible(fn):
         _plain(fn, grid, args, consts, options)
         return
     cls = arg_class(args)

@@ -5,18 +5,20 @@ This folder is packed verbatim into the solution JSON, so it imports nothing fro
 """
 
 import functools
-from typing import Optional, Tuple, Union
+from typing import Dict, Optional, Tuple, Union
 
 import torch
 import triton
 from triton.runtime.errors import OutOfResources
 
+from . import launch as launch_mod
 from .attention import (
     _combine_kernel,
     _mla_pooled_split_kernel,
     _mla_prefill_kernel,
     is_interpreter,
 )
+from .bound import Pointer, bind, call_bound, current_stream, layout_key
 from .config import MAX_POOLED_TOKENS, KernelConfig, choose_config
 from .launch import launch
 from .plan import (
@@ -109,6 +111,7 @@ def mla_paged_prefill(
     validate: Optional[bool] = None,
     config: Optional[KernelConfig] = None,
     target: Union[None, str, Target] = None,
+    _bind_key: Optional[tuple] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """MLA paged causal prefill: ``output`` [total_q, 16, 512] bf16 and base-2 ``lse`` [total_q, 16] fp32.
 
@@ -147,6 +150,7 @@ def mla_paged_prefill(
     if not interpret and q_nope.device.index != torch.cuda.current_device():
         # Triton launches on the current device, not the tensors': make theirs current
         with torch.cuda.device(q_nope.device):
+            # (not bound for ``run``'s fast path, which calls on the current device only)
             return mla_paged_prefill(
                 q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices,
                 sm_scale, output, lse, validate=validate, config=config, target=target,
@@ -171,7 +175,15 @@ def mla_paged_prefill(
     plan = plan_call(shape, here, interpret, config, target)
     tensors = (q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices)
     launch_fn = _launch_checked if here is None else functools.partial(_launch_checked, here=here)
-    execute(plan, tensors, output, lse, scale, launch_fn)
+    if _bind_key is None or here is None:
+        execute(plan, tensors, output, lse, scale, launch_fn)
+        return output, lse
+    # the solution's run, first call of this layout: launch and keep the launchers
+    bound = bind(plan, call_slots(plan, tensors, output, lse, scale), _kernel, launch_fn)
+    if bound is not None:
+        if len(_BOUND) >= MAX_BOUND:
+            _BOUND.clear()
+        _BOUND[_bind_key] = (bound, partial_elements(plan), dev.index)
     return output, lse
 
 
@@ -207,23 +219,42 @@ def _kernel(name: str):
             "combine": _combine_kernel}[name]  # fmt: skip
 
 
-def execute(plan: LaunchPlan, tensors, output, lse, scale: float, launch_fn=launch) -> None:
-    """Every launch of ``plan`` on this call's tensors (``tensors``: the seven inputs in the
-    definition's order), through ``launch_fn(fn, grid, args, consts, **options)``.
+def carve_partials(plan: LaunchPlan, buf: torch.Tensor) -> dict:
+    """The split path's fp32 partials (output, lse) and its int32 work table, as views of one
+    buffer of at least ``sum(partial_elements(plan))`` fp32 elements."""
+    n_o, n_l, n_t = partial_elements(plan)
+    return {
+        ARG_PART_O: buf[:n_o].view(*plan.partials, NUM_QO_HEADS, HEAD_DIM_CKV),
+        ARG_PART_LSE: buf[n_o : n_o + n_l].view(*plan.partials, NUM_QO_HEADS),
+        ARG_TABLE: buf[n_o + n_l : n_o + n_l + n_t].view(torch.int32),
+    }
 
-    ``mla-prefill portability`` passes meta tensors and a recording ``launch_fn`` to compile,
-    for any GPU, exactly the launches a call would make.
-    """
+
+def call_slots(plan: LaunchPlan, tensors, output, lse, scale: float, partials=None) -> dict:
+    """Argument name -> value for this call: its tensors, the scale, and the split buffers,
+    carved from ``partials`` or else from one fresh allocation (one allocator call, not
+    three)."""
     slots = dict(zip(TENSOR_SLOTS, tensors))
     slots[ARG_OUT], slots[ARG_LSE], slots[ARG_SCALE] = output, lse, scale * LOG2E
     sizes = partial_elements(plan)
     if sizes is not None:
-        # the fp32 partials carved from one allocation (one allocator call, not three)
-        n_o, n_l, n_t = sizes
-        buf = torch.empty(n_o + n_l + n_t, dtype=torch.float32, device=output.device)
-        slots[ARG_PART_O] = buf[:n_o].view(*plan.partials, NUM_QO_HEADS, HEAD_DIM_CKV)
-        slots[ARG_PART_LSE] = buf[n_o : n_o + n_l].view(*plan.partials, NUM_QO_HEADS)
-        slots[ARG_TABLE] = buf[n_o + n_l :].view(torch.int32)
+        if partials is None:
+            partials = torch.empty(sum(sizes), dtype=torch.float32, device=output.device)
+        slots.update(carve_partials(plan, partials))
+    return slots
+
+
+def execute(
+    plan: LaunchPlan, tensors, output, lse, scale: float, launch_fn=launch, partials=None
+) -> None:
+    """Every launch of ``plan`` on this call's tensors (``tensors``: the seven inputs in the
+    definition's order), through ``launch_fn(fn, grid, args, consts, **options)``; the split
+    buffers are carved from ``partials`` when given (see ``call_slots``).
+
+    ``mla-prefill portability`` passes meta tensors and a recording ``launch_fn`` to compile,
+    for any GPU, exactly the launches a call would make.
+    """
+    slots = call_slots(plan, tensors, output, lse, scale, partials)
     for ln in plan.launches:
         args = tuple(slots[a] if a.__class__ is str else a for a in ln.args)
         launch_fn(_kernel(ln.kernel), ln.grid, args, dict(ln.consts), **dict(ln.options))
@@ -265,6 +296,48 @@ def _launch_checked(fn, grid, args, consts, here: Optional[Target] = None, **opt
         ) from None
 
 
+# the solution's run: launchers bound per call layout (``bound.layout_key`` + the scale and the
+# current device), so a repeated layout skips checks, planning and Triton's binding
+_BOUND: Dict[tuple, tuple] = {}
+MAX_BOUND = 1024
+
+
+# the split buffers of the solution's run per (device, stream), grown to the largest call's
+# and reused by the later calls of that stream (stream order keeps them apart), as a FlashInfer
+# wrapper keeps its workspace; a call captured into a CUDA graph allocates its own
+_WORKSPACE: Dict[Tuple[int, int], torch.Tensor] = {}
+
+
+def _split_buffers(sizes: Tuple[int, int, int], device: int, stream: int):
+    """(buffer, pointers to its three pieces) for a bound split call on ``stream``."""
+    n_o, n_l, n_t = sizes
+    n = n_o + n_l + n_t
+    if torch.cuda.is_current_stream_capturing():
+        buf = torch.empty(n, dtype=torch.float32, device=device)  # the graph's own pool
+    else:
+        buf = _WORKSPACE.get((device, stream))
+        if buf is None or buf.numel() < n:
+            buf = _WORKSPACE[device, stream] = torch.empty(n, dtype=torch.float32, device=device)
+    base = buf.data_ptr()  # the pieces' offsets keep the 16-byte alignment they were bound with
+    return buf, (Pointer(base), Pointer(base + 4 * n_o), Pointer(base + 4 * (n_o + n_l)))
+
+
+def _run_key(tensors: tuple, sm_scale) -> Optional[tuple]:
+    """The bound-launch key of a ``run`` call, or None where every call must take the full path
+    (host tensors: the interpreter; validation on, a launch hook, a tensor scale, not
+    tensors)."""
+    if sm_scale.__class__ is not float or not launch_mod.hooks_idle():
+        return None
+    if validation_requested(None):
+        return None
+    try:
+        if not tensors[0].is_cuda:
+            return None
+        return (*layout_key(*tensors), sm_scale, launch_mod._driver.active.get_current_device())
+    except (AttributeError, TypeError):
+        return None
+
+
 def run(
     q_nope: torch.Tensor,
     q_pe: torch.Tensor,
@@ -280,7 +353,24 @@ def run(
     """FlashInfer-Bench entry point (destination-passing style: writes ``output`` and ``lse``).
 
     Exactly the definition's inputs then outputs, as flashinfer-bench's signature check expects.
+    The first call of a layout is checked, planned and launched through Triton, and its
+    launchers are kept; a later call with the same layout key (same shapes, strides, dtypes,
+    devices, alignment and scale: the same checks pass, the same launches follow) calls them.
     """
-    mla_paged_prefill(
-        q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices, sm_scale, output, lse
-    )
+    tensors = (q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices, output, lse)
+    key = _run_key(tensors, sm_scale)
+    hit = None if key is None else _BOUND.get(key)
+    if hit is None:
+        mla_paged_prefill(
+            q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices, sm_scale,
+            output, lse, _bind_key=key,
+        )  # fmt: skip
+        return
+    bound, sizes, device = hit
+    stream = current_stream(device)
+    if sizes is None:
+        call_bound(bound, tensors, stream)
+        return
+    buf, parts = _split_buffers(sizes, device, stream)
+    call_bound(bound, (*tensors, *parts), stream)
+    del buf  # (held until every launch is queued)

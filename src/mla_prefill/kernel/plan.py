@@ -112,10 +112,9 @@ def plan_launches(
     heads = (("NUM_HEADS", NUM_QO_HEADS), ("HEAD_CKV", HEAD_DIM_CKV), ("HEAD_KPE", HEAD_DIM_KPE))
     stages = (("num_warps", config.num_warps), ("num_stages", config.num_stages))
     if config.pooled:
-        # 1-token tiles pool their KV ranges and cut the pool into equal pieces (one program
-        # each): num_splits * total_q pieces in all (about; + one tail per token)
-        num_pieces = config.num_splits * T
-        slots = num_pieces + T
+        # 1-token tiles pool their KV ranges and cut the pool into pieces of one size, one
+        # program each: at most num_splits * total_q pieces (the kernel sizes them to fit)
+        num_pieces = slots = config.num_splits * T
         pooled = Launch(
             "pooled", (slots,),
             (*TENSOR_SLOTS, ARG_PART_O, ARG_PART_LSE, ARG_TABLE, *qs, T, s.batch, ARG_SCALE,
