@@ -311,10 +311,20 @@ def test_choose_config_from_shapes_only():
     assert decode.split and 22 * decode.num_splits <= 3 * 132 and not decode.problems()
     # split decode: 8 warps too, one wave of pooled pieces at 3 stages where they fit
     assert decode.num_stages == 3 and decode.num_splits == 6
-    # 64 x 1 token over 16,700 positions: one wave of halves (128 programs), not two of thirds
-    assert choose_config(64, 64, 64 * 16_700, H200).num_splits == 2
+    # pooled 1-token pieces (where the Gluon kernel does not run): 64 x 1 token over 16,700
+    # positions, one wave of halves (128 programs), not two of thirds
+    assert choose_config(64, 64, 64 * 16_700, H200, gluon_api=False).num_splits == 2
     # 90 tokens: three waves of quarters (one of whole ranges or two of halves take longer)
-    assert choose_config(90, 90, 90 * 10_000, H200).num_splits == 4
+    assert choose_config(90, 90, 90 * 10_000, H200, gluon_api=False).num_splits == 4
+    assert choose_config(120, 120, 120 * 1000, H200).pooled  # light: 1-token tiles, pooled
+    # heavy and prefix-dominated, where the Gluon kernel runs: 4-token tiles split per tile over
+    # about two waves (a range is read once per tile, not once per token)
+    heavy = choose_config(64, 64, 64 * 16_700, H200)
+    assert (heavy.kernel, heavy.block_t, heavy.num_splits) == ("gluon", 4, 17) and not heavy.pooled
+    assert choose_config(132, 53, 560_071, H200).kernel == "gluon"
+    assert choose_config(101, 6, 5117, H200).kernel == "gluon"  # >= 4 new tokens per sequence
+    assert choose_config(18, 10, 74_716, H200).pooled  # light: 18 x 7.5K rows, 1.8 per sequence
+    assert choose_config(64, 64, 64 * 16_700, B200).pooled  # no Gluon kernel there
     # not on an A100 (167,936 B > 166,912) nor on sm_100 (3 stages spill there)
     assert knobs(22, 22, 17759, target=A100) == (64, 8, 2)
     assert knobs(22, 22, 17759, target=B200) == (64, 8, 2)

@@ -153,6 +153,12 @@ def _pooled_splits(total_q: int, num_sms: int, range_len: float) -> int:
     return max(2, min(range(1, MAX_POOLED_WAVES + 1), key=cost) * num_sms // total_q)
 
 
+# rows (total_q x average KV range) past which 1-token tiles of a prefix-dominated batch gather
+# more than 4-token tiles split per tile (where the Gluon kernel runs); a quarter of it where
+# sequences average >= 4 new tokens, whose 4-token tiles share each row among their tokens
+HEAVY_GATHER_ROWS = 1 << 18
+
+
 def choose_config(
     total_q: int,
     batch: int,
@@ -174,17 +180,25 @@ def choose_config(
       ranges and 64-position steps otherwise (0.3-3.6 us less on 7-21 us workloads, 7% on a
       split decode batch). Past one wave they take 8 warps too: at 4, 32-key steps over 3 stages spill
       (24-56 B on sm_90 and sm_100, depending on how Triton specialises the call).
+    - Not when the batch is prefix-dominated and heavy (``HEAVY_GATHER_ROWS``) where the Gluon
+      kernel runs: 1-token tiles read every KV range once per token, 4-token tiles once per
+      tile, and the Gluon kernel gathers faster. Measured on the H200 (``docs/design.md``):
+      batches of 1-4 new tokens over 2-32K cached positions 1.3-4.7x faster this way (64
+      sequences x 1 token over 16,700: 0.34 ms against 0.41), 101 tokens of 6 sequences over
+      5,117 positions 2.3x; 22 tokens over 17,759 (ed999c80, 1-token tiles 0.022 ms against
+      0.037) and 18 tokens of 10 sequences over 74,716 (0.054 against 0.064) stay below it.
     - Otherwise the Gluon kernel's 64-row tiles where it runs (sm_90 with Triton 3.6's Gluon
       API; ``gluon_api`` is False where it cannot run, e.g. the interpreter: 1.27-1.88x the Triton kernel from 199 tokens up), else
       the Triton kernel's 2-token tiles (``docs/design.md``). Every Triton tile then takes the
       deepest pipeline that fits the target's shared memory (``_fit``).
-    - When the query tiles leave SMs idle, sequences average >= 256 KV positions and the prefix
-      dominates (at least as many KV positions as queries again), the KV is split, no piece
-      shorter than ``DEFAULT_MIN_CHUNK``: 1-token tiles pool their ranges into whole waves of
-      pieces of one size (``num_splits * total_q`` programs, ``_pooled_splits``; 3 stages
-      where they fit), larger tiles cut
-      every tile's range over about two waves of programs (``num_splits`` per tile); the split
-      count is bounded so the fp32 partial outputs stay under ``PARTIAL_BYTES_CAP``.
+    - When sequences average >= 256 KV positions and the prefix dominates (at least as many KV
+      positions as queries again), the KV is split, no piece shorter than
+      ``DEFAULT_MIN_CHUNK``: 1-token tiles pool their ranges into whole waves of pieces of one
+      size (``num_splits * total_q`` programs, ``_pooled_splits``; 3 stages where they fit),
+      larger tiles, when they leave SMs idle, cut every tile's range over about two waves of
+      programs (``num_splits`` per tile: within 3% of the best count on the random batches of
+      1-4 new tokens, 8% slower than one wave on uniform decode batches); the split count is
+      bounded so the fp32 partial outputs stay under ``PARTIAL_BYTES_CAP``.
     """
     if total_q <= 0:
         raise ValueError(f"choose_config: total_q must be > 0, got {total_q}")
@@ -194,8 +208,15 @@ def choose_config(
     gluon = gluon_api and target.capability == 90
     # the prefix dominates: a tile's KV range is split when the tiles leave SMs idle (below)
     long_prefix = avg_kv >= 256 and num_kv_indices >= 2 * total_q
+    # prefix-dominated and heavy: 4-token Gluon tiles read a range once per tile, not per token
+    rows = total_q * avg_kv
+    heavy_prefix = (
+        gluon
+        and long_prefix
+        and (rows >= HEAVY_GATHER_ROWS or (total_q >= 4 * batch and 4 * rows >= HEAVY_GATHER_ROWS))
+    )
     # 16-row tiles up to 2.5 waves, or 1.25 where the Gluon kernel takes the 64-row ones
-    if (4 if gluon else 2) * total_q <= 5 * num_sms:
+    if (4 if gluon else 2) * total_q <= 5 * num_sms and not heavy_prefix:
         # 16-position steps when sequences are that short (half the gather and MMA of a step)
         block_t, block_n, num_warps, num_stages = 1, 16 if avg_kv <= 16 else 32, 8, 3
         if batch == 1 and avg_kv <= 16:
