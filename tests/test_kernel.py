@@ -170,6 +170,27 @@ def test_pooled_split(name, device, reference):
     run_case(lengths, device, reference, seed=6, config=tiles(1, 16, num_splits, 16))
 
 
+# heavy prefix-dominated batches on Hopper: the default plan gives them 4-token Gluon tiles split
+# per tile, here with fewer tokens than one tile holds and with tiles spanning sequences
+HEAVY_PREFIX_CASES = {
+    "one_token_over_300k": [(1, 300_000)],
+    "three_tokens_two_sequences": [(2, 140_000), (1, 140_001)],
+    "tiles_span_sequences": [(1, 9000), (3, 9001), (2, 9000), (1, 8999)] * 8,
+}
+
+
+@pytest.mark.parametrize("name", sorted(HEAVY_PREFIX_CASES))
+def test_heavy_prefix_default_tiles(name, device, reference):
+    if device != "cuda":
+        pytest.skip("the Gluon kernel runs on a GPU (the interpreter plans 1-token tiles)")
+    lengths = HEAVY_PREFIX_CASES[name]
+    T, K = sum(q for q, _ in lengths), sum(k for _, k in lengths)
+    cfg = main.default_config(T, len(lengths), K, torch.device("cuda"))
+    if main.gluon_available() and torch.cuda.get_device_capability()[0] == 9:
+        assert (cfg.kernel, cfg.block_t) == ("gluon", 4) and cfg.split, cfg
+    run_case(lengths, device, reference, seed=13)
+
+
 def test_pooled_split_refuses_too_many_tokens(device):
     inputs = make_batch_inputs(
         Batch([(MAX_POOLED_TOKENS + 1, MAX_POOLED_TOKENS + 1)], 1100, 0), device

@@ -196,9 +196,10 @@ def choose_config(
       ``DEFAULT_MIN_CHUNK``: 1-token tiles pool their ranges into whole waves of pieces of one
       size (``num_splits * total_q`` programs, ``_pooled_splits``; 3 stages where they fit),
       larger tiles, when they leave SMs idle, cut every tile's range over about two waves of
-      programs (``num_splits`` per tile: within 3% of the best count on the random batches of
-      1-4 new tokens, 8% slower than one wave on uniform decode batches); the split count is
-      bounded so the fp32 partial outputs stay under ``PARTIAL_BYTES_CAP``.
+      programs (``num_splits`` per tile: 0-17% over the best count on the random batches of
+      1-4 new tokens, where one wave is up to 46% over it, and 8% over one wave on a uniform
+      decode batch); the split count is bounded so the fp32 partial outputs stay under
+      ``PARTIAL_BYTES_CAP``.
     """
     if total_q <= 0:
         raise ValueError(f"choose_config: total_q must be > 0, got {total_q}")
