@@ -281,11 +281,13 @@ def random_batches(n: int, seed: int) -> List[Tuple[str, List[Tuple[int, int]]]]
     return out
 
 
-def bench_batch(kind: str, lengths, contenders, iters_cap, seed) -> dict:
+def bench_batch(kind: str, lengths, contenders, iters_cap, seed, configs=None, target=None) -> dict:
     """One random batch timed like a workload (fuzz's index and data drawing), checked against
-    the fast fp32 reference."""
+    the fast fp32 reference; ``config`` records the tiles our call planned, and ``configs``
+    (pinned tiles) are timed beside it as ``ours[...]``."""
     from mla_prefill.accuracy import reference_fast
     from mla_prefill.fuzz import Batch, make_batch_inputs
+    from mla_prefill.kernel.main import default_config
 
     num_kv = sum(k for _, k in lengths)
     inputs = make_batch_inputs(Batch(list(lengths), num_kv + 1000, seed), "cuda")
@@ -297,7 +299,11 @@ def bench_batch(kind: str, lengths, contenders, iters_cap, seed) -> dict:
         "num_kv_indices": num_kv,
         "gflop": round(flops(lengths) / 1e9, 4),
     }
-    row = time_contenders(inputs, row, contenders, iters_cap, seed, reference_fast)
+    cfg = default_config(
+        row["total_q"], row["batch"], num_kv, inputs["q_nope"].device, target=target
+    )
+    row["config"] = dict(cfg.__dict__)
+    row = time_contenders(inputs, row, contenders, iters_cap, seed, reference_fast, configs, target)
     if kind == DECODE_BATCH[0] and "gpu_ms" in row.get("ours", {}):
         row["ours"]["tb_per_s"] = round(num_kv * KV_ROW_BYTES / row["ours"]["gpu_ms"] / 1e9, 3)
     del inputs
@@ -521,7 +527,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-flashinfer", action="store_true", help="time our calls only")
     p.add_argument("--iters", type=int, default=100, help="cap on timed iterations per contender")
     p.add_argument("--seed", type=int, default=0, help="seed of the random q and caches")
-    p.add_argument("--configs", default=None, help="extra tile configs to time, see parse_configs")
+    p.add_argument(
+        "--configs",
+        default=None,
+        help="extra tile configs to time beside ours, also with --random (see parse_configs)",
+    )
     p.add_argument(
         "--target",
         default=None,
@@ -617,15 +627,23 @@ def run_random(args: argparse.Namespace) -> int:
     rows = []
     print(f"{'#':>3} {'kind':22} {'tok':>6} {'seqs':>4} {'kv':>8} {'ours ms':>9} {'FI ms':>9} "
           f"{'x FI':>6} ok")  # fmt: skip
+    configs = parse_configs(args.configs)
     for i, (kind, lengths) in enumerate(batches):
-        row = bench_batch(kind, lengths, contenders, args.iters, args.seed * 1000 + i)
+        row = bench_batch(
+            kind, lengths, contenders, args.iters, args.seed * 1000 + i, configs, args.target
+        )
         rows.append(row)
         o, f = row.get("ours", {}), row.get("flashinfer", {})
         print(
             f"{i:>3} {kind:22} {row['total_q']:>6} {row['batch']:>4} {row['num_kv_indices']:>8} "
             f"{o.get('gpu_ms', float('nan')):>9.4f} {f.get('gpu_ms', float('nan')):>9.4f} "
             f"{row.get('speedup_vs_flashinfer', float('nan')):>6.2f} {o.get('correct')}/"
-            f"{f.get('correct')} {o.get('tb_per_s', '')}",
+            f"{f.get('correct')} {o.get('tb_per_s', '')} "
+            + " ".join(
+                f"{k}={row[k].get('gpu_ms', row[k].get('error'))}"
+                for k in row
+                if k.startswith("ours[")
+            ),
             flush=True,
         )
     return write_result(args, random_summary(rows), batches=rows)
