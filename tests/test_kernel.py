@@ -389,6 +389,26 @@ def test_every_triton_tile_fits_the_targets_shared_memory(target):
         assert c.block_t in (1, 2), c  # 64-row tl.dot tiles spill off Hopper's Gluon kernel
 
 
+def test_heavy_prefix_rule_leaves_the_38_workloads_tiles(monkeypatch):
+    """The 4-token prefix path changes no tile of the 38 upstream workloads on any target, so
+    their H200 timings of the kernel before it (``benchmarks/results/h200.json``) still time
+    the launches made today; it does change the heavy decode-like shapes."""
+    import json
+
+    from mla_prefill.io import repo_root
+    from mla_prefill.kernel import config
+
+    lengths = json.loads((repo_root() / "blob" / "workload_lengths.json").read_text())
+    shapes = [(sum(q for q, _ in v), len(v), sum(k for _, k in v)) for v in lengths.values()]
+    assert len(shapes) == 38
+    targets = [TARGETS[t] for t in sorted(TARGETS)]
+    today = [choose_config(*s, t) for s in shapes for t in targets]
+    heavy = choose_config(64, 64, 64 * 16_700, H200)
+    monkeypatch.setattr(config, "HEAVY_GATHER_ROWS", float("inf"))
+    assert [choose_config(*s, t) for s in shapes for t in targets] == today
+    assert choose_config(64, 64, 64 * 16_700, H200) != heavy
+
+
 def test_wide_tiles_follow_the_targets_shared_memory():
     """Deepest pipeline that fits: 4 stages of 32 keys on B200 and A100, 2 on a 99 KB GPU, and
     an error (not a launch) where nothing fits."""

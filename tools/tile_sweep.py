@@ -1,0 +1,138 @@
+"""GPU time of candidate tiles per batch, beside our default plan and FlashInfer: the evidence a
+tile-choice rule in ``kernel/config.py`` is written from.
+
+Batches: the 60 of ``mla-prefill bench --random 60 --seed 7`` and its fixed decode batch, ten
+of the 38 workloads' length lists (random indices), and four uniform decode batches. For each,
+the candidates that apply to its shape: 1-token Triton tiles (64- and 32-key steps), 4-token
+Gluon tiles with per-tile splits of 1-64 (at most ten waves, partials under 256 MB, splits
+above 4 only when the prefix dominates) and pooled 1-token pieces of 2, 4 and 8 per token. Each
+is timed as ``mla-prefill bench`` times GPU-side (cold L2, events, stream held, median of up to
+30 calls), then called again on poisoned outputs and compared with the fast fp32 reference.
+Batches of more than 4,200 tokens are skipped (their tiles are not in question).
+
+    python tools/tile_sweep.py OUT.json      (on a GPU; writes OUT.json after every batch)
+
+Unlike ``bench --random --configs``, the candidates differ per batch, so one run covers every
+shape class in a few minutes.
+"""
+
+import datetime
+import json
+import sys
+import time
+
+import torch
+
+from mla_prefill.accuracy import compare, poisoned_outputs, reference_fast, versions
+from mla_prefill.bench import (
+    DECODE_BATCH,
+    SCRUB_BYTES,
+    flashinfer_planned,
+    ours,
+    random_batches,
+    time_gpu,
+)
+from mla_prefill.fuzz import Batch, kernel_sha256, make_batch_inputs
+from mla_prefill.io import INPUTS, repo_root
+from mla_prefill.kernel.config import PARTIAL_BYTES_CAP, KernelConfig, choose_config
+from mla_prefill.kernel.targets import TARGETS
+
+WORKLOADS = ("ed999c80", "892d1b8f", "805238ee", "74202b1d", "053a88a3", "733a7bbe", "bb28f188",
+             "77737de2", "f96b666d", "d44f32e1")  # fmt: skip
+UNIFORM_DECODE = [
+    ("decode 64x1 over 4K", [(1, 4096)] * 64),
+    ("decode 128x2 over 8K", [(2, 8192)] * 128),
+    ("decode 32x4 over 32K", [(4, 32768)] * 32),
+    ("decode 16x1 over 64K", [(1, 65536)] * 16),
+]
+MAX_TOKENS = 4200
+PARTIAL_ROW_BYTES = 16 * 512 * 4
+
+
+def batches():
+    lengths = json.loads((repo_root() / "blob" / "workload_lengths.json").read_text())
+    out = random_batches(60, 7) + [DECODE_BATCH]
+    out += [
+        (f"wl {u[:8]}", [tuple(x) for x in v]) for u, v in lengths.items() if u[:8] in WORKLOADS
+    ]
+    return out + UNIFORM_DECODE
+
+
+def candidates(T: int, B: int, K: int):
+    c = []
+    if T <= 2048 and K / B <= 4096:
+        c += [KernelConfig(1, 64, 1, 128, 8, 2), KernelConfig(1, 32, 1, 128, 8, 3)]
+    tiles = -(-T // 4)
+    for s in (1, 2, 4, 8, 16, 32, 64):
+        if s > 1 and (s * T * PARTIAL_ROW_BYTES > PARTIAL_BYTES_CAP or tiles * s > 10 * 132):
+            continue
+        if s > 4 and K < 2 * T:
+            continue
+        c.append(KernelConfig(4, 64, s, 128, 4, 2, "gluon"))
+    if T <= 512 and K >= 2 * T:
+        c += [
+            KernelConfig(1, 64, s, 128, 8, 3)
+            for s in (2, 4, 8)
+            if s * T * PARTIAL_ROW_BYTES <= PARTIAL_BYTES_CAP
+        ]
+    return c
+
+
+def name(c: KernelConfig) -> str:
+    return f"{c.kernel[0]}{c.block_t},{c.block_n},s{c.num_splits},w{c.num_warps},st{c.num_stages}"
+
+
+def main(out_path: str) -> None:
+    doc = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "gpu": torch.cuda.get_device_name(),
+        "versions": versions(),
+        "kernel_sha256": kernel_sha256(),
+        "command": "python tools/tile_sweep.py " + out_path,
+        "method": __doc__.strip(),
+        "rows": [],
+    }
+    scrub = torch.empty(SCRUB_BYTES, dtype=torch.int8, device="cuda")
+    t_start = time.time()
+    for i, (kind, lengths) in enumerate(batches()):
+        T, K, B = sum(q for q, _ in lengths), sum(k for _, k in lengths), len(lengths)
+        if T > MAX_TOKENS:
+            continue
+        inputs = make_batch_inputs(Batch(list(lengths), K + 1000, 7000 + i), "cuda")
+        ref = reference_fast(*[inputs[k] for k in INPUTS])
+        row = {"i": i, "kind": kind, "T": T, "B": B, "K": K, "ms": {}, "bad": [],
+               "default": name(choose_config(T, B, K, TARGETS["h200"]))}  # fmt: skip
+        fns = [("default", None), ("fi", None)] + [(name(c), c) for c in candidates(T, B, K)]
+        for n, c in fns:
+            out, lse = poisoned_outputs(T, "cuda")
+            try:
+                fn = (
+                    flashinfer_planned(inputs, out, lse) if n == "fi" else ours(inputs, out, lse, c)
+                )
+                fn()
+                torch.cuda.synchronize()
+                est, _ = time_gpu(fn, scrub, 3)
+                ms, _ = time_gpu(fn, scrub, int(max(5, min(30, 100.0 / max(est, 1e-3)))))
+                out.fill_(float("nan"))
+                fn()
+                torch.cuda.synchronize()
+                row["ms"][n] = round(ms, 5)
+                if not compare(out, lse, *ref)["correct"]:
+                    row["bad"].append(n)
+            except Exception as e:  # a candidate that cannot launch is recorded, not fatal
+                row["ms"][n] = None
+                row["bad"].append(f"{n}: {type(e).__name__}: {str(e)[:120]}")
+        best = min((v, k) for k, v in row["ms"].items() if v and k != "fi")
+        print(f"{i:3} {kind[:14]:14} T{T:5} B{B:4} K{K:8} default {row['default']:18} "
+              f"{row['ms']['default']:.4f} fi {row['ms'].get('fi') or 0:.4f} best {best[1]:18} "
+              f"{best[0]:.4f} bad {row['bad']}", flush=True)  # fmt: skip
+        doc["rows"].append(row)
+        with open(out_path, "w") as f:
+            json.dump(doc, f, indent=1)
+        del inputs
+        torch.cuda.empty_cache()
+    print("seconds", round(time.time() - t_start))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
