@@ -183,7 +183,7 @@ def choose_config(
     - Not when the batch is prefix-dominated and heavy (``HEAVY_GATHER_ROWS``) where the Gluon
       kernel runs: 1-token tiles read every KV range once per token, 4-token tiles once per
       tile, and the Gluon kernel gathers faster. Measured on the H200 (``docs/design.md``):
-      batches of 1-4 new tokens over 2-32K cached positions 1.3-4.7x faster this way (64
+      batches of 1-4 new tokens over 2-32K cached positions 1.2-4.7x faster this way (64
       sequences x 1 token over 16,700: 0.34 ms against 0.41), 101 tokens of 6 sequences over
       5,117 positions 2.3x; 22 tokens over 17,759 (ed999c80, 1-token tiles 0.022 ms against
       0.037) and 18 tokens of 10 sequences over 74,716 (0.054 against 0.064) stay below it.
