@@ -395,10 +395,11 @@ def test_heavy_prefix_rule_leaves_the_38_workloads_tiles(monkeypatch):
     the launches made today; it does change the heavy decode-like shapes."""
     import json
 
+    from mla_prefill.blobs import LENGTHS_FILE
     from mla_prefill.io import repo_root
     from mla_prefill.kernel import config
 
-    lengths = json.loads((repo_root() / "blob" / "workload_lengths.json").read_text())
+    lengths = json.loads((repo_root() / LENGTHS_FILE).read_text())
     shapes = [(sum(q for q, _ in v), len(v), sum(k for _, k in v)) for v in lengths.values()]
     assert len(shapes) == 38
     targets = [TARGETS[t] for t in sorted(TARGETS)]

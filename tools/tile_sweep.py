@@ -32,10 +32,12 @@ from mla_prefill.bench import (
     random_batches,
     time_gpu,
 )
+from mla_prefill.blobs import LENGTHS_FILE
 from mla_prefill.fuzz import Batch, kernel_sha256, make_batch_inputs
 from mla_prefill.io import INPUTS, repo_root
 from mla_prefill.kernel.config import PARTIAL_BYTES_CAP, KernelConfig, choose_config
 from mla_prefill.kernel.targets import TARGETS
+from mla_prefill.kernel.validate import HEAD_DIM_CKV, NUM_QO_HEADS
 
 WORKLOADS = ("ed999c80", "892d1b8f", "805238ee", "74202b1d", "053a88a3", "733a7bbe", "bb28f188",
              "77737de2", "f96b666d", "d44f32e1")  # fmt: skip
@@ -46,11 +48,12 @@ UNIFORM_DECODE = [
     ("decode 16x1 over 64K", [(1, 65536)] * 16),
 ]
 MAX_TOKENS = 4200
-PARTIAL_ROW_BYTES = 16 * 512 * 4
+PARTIAL_ROW_BYTES = NUM_QO_HEADS * HEAD_DIM_CKV * 4  # one token's fp32 split partial
+H200 = TARGETS["h200"]
 
 
 def batches():
-    lengths = json.loads((repo_root() / "blob" / "workload_lengths.json").read_text())
+    lengths = json.loads((repo_root() / LENGTHS_FILE).read_text())
     out = random_batches(60, 7) + [DECODE_BATCH]
     out += [
         (f"wl {u[:8]}", [tuple(x) for x in v]) for u, v in lengths.items() if u[:8] in WORKLOADS
@@ -64,7 +67,9 @@ def candidates(T: int, B: int, K: int):
         c += [KernelConfig(1, 64, 1, 128, 8, 2), KernelConfig(1, 32, 1, 128, 8, 3)]
     tiles = -(-T // 4)
     for s in (1, 2, 4, 8, 16, 32, 64):
-        if s > 1 and (s * T * PARTIAL_ROW_BYTES > PARTIAL_BYTES_CAP or tiles * s > 10 * 132):
+        if s > 1 and (
+            s * T * PARTIAL_ROW_BYTES > PARTIAL_BYTES_CAP or tiles * s > 10 * H200.num_sms
+        ):
             continue
         if s > 4 and K < 2 * T:
             continue
@@ -101,7 +106,7 @@ def main(out_path: str) -> None:
         inputs = make_batch_inputs(Batch(list(lengths), K + 1000, 7000 + i), "cuda")
         ref = reference_fast(*[inputs[k] for k in INPUTS])
         row = {"i": i, "kind": kind, "T": T, "B": B, "K": K, "ms": {}, "bad": [],
-               "default": name(choose_config(T, B, K, TARGETS["h200"]))}  # fmt: skip
+               "default": name(choose_config(T, B, K, H200))}  # fmt: skip
         fns = [("default", None), ("fi", None)] + [(name(c), c) for c in candidates(T, B, K)]
         for n, c in fns:
             out, lse = poisoned_outputs(T, "cuda")

@@ -514,6 +514,13 @@ def parse_configs(text: Optional[str]):
     return configs
 
 
+def pinned_times(row: dict) -> str:
+    """``ours[<config>]=<gpu ms or error>`` for each pinned-tile contender of a row."""
+    return " ".join(
+        f"{k}={row[k].get('gpu_ms', row[k].get('error'))}" for k in row if k.startswith("ours[")
+    )
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="mla-prefill bench", description=__doc__.splitlines()[0])
     add_arguments(p)
@@ -582,9 +589,7 @@ def run_bench(args: argparse.Namespace) -> int:
             row["config"] = cfg.__dict__
         rows.append(row)
         o, f = row.get("ours", {}), row.get("flashinfer", {})
-        extra = " ".join(
-            f"{k}={row[k].get('gpu_ms', row[k].get('error'))}" for k in row if k.startswith("ours[")
-        )
+        extra = pinned_times(row)
         print(
             f"{row['uuid'][:8]} {row['total_q']:>6} {row['gflop']:>8.3f} {o.get('gpu_ms', float('nan')):>9.4f} "
             f"{f.get('gpu_ms', float('nan')):>9.4f} {row.get('speedup_vs_flashinfer', float('nan')):>6.2f} "
@@ -638,12 +643,7 @@ def run_random(args: argparse.Namespace) -> int:
             f"{i:>3} {kind:22} {row['total_q']:>6} {row['batch']:>4} {row['num_kv_indices']:>8} "
             f"{o.get('gpu_ms', float('nan')):>9.4f} {f.get('gpu_ms', float('nan')):>9.4f} "
             f"{row.get('speedup_vs_flashinfer', float('nan')):>6.2f} {o.get('correct')}/"
-            f"{f.get('correct')} {o.get('tb_per_s', '')} "
-            + " ".join(
-                f"{k}={row[k].get('gpu_ms', row[k].get('error'))}"
-                for k in row
-                if k.startswith("ours[")
-            ),
+            f"{f.get('correct')} {o.get('tb_per_s', '')} {pinned_times(row)}",
             flush=True,
         )
     return write_result(args, random_summary(rows), batches=rows)
