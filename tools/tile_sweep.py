@@ -30,7 +30,7 @@ from mla_prefill.bench import (
     flashinfer_planned,
     ours,
     random_batches,
-    time_gpu,
+    time_gpu_fitted,
 )
 from mla_prefill.blobs import LENGTHS_FILE
 from mla_prefill.fuzz import Batch, kernel_sha256, make_batch_inputs
@@ -114,10 +114,7 @@ def main(out_path: str) -> None:
                 fn = (
                     flashinfer_planned(inputs, out, lse) if n == "fi" else ours(inputs, out, lse, c)
                 )
-                fn()
-                torch.cuda.synchronize()
-                est, _ = time_gpu(fn, scrub, 3)
-                ms, _ = time_gpu(fn, scrub, int(max(5, min(30, 100.0 / max(est, 1e-3)))))
+                ms, _, _ = time_gpu_fitted(fn, scrub, 30, budget_ms=100.0)
                 out.fill_(float("nan"))
                 fn()
                 torch.cuda.synchronize()

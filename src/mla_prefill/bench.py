@@ -336,6 +336,18 @@ def random_summary(rows: List[dict]) -> dict:
     }
 
 
+def time_gpu_fitted(fn, scrub, iters_cap: int, budget_ms: float = 300.0):
+    """``time_gpu`` after a warm-up call (compile, JIT and module load stay out of the timings)
+    and a 3-call estimate: as many calls as fit ``budget_ms``, 5 to ``iters_cap``. Returns
+    (median GPU ms, host ahead, calls timed)."""
+    fn()
+    torch.cuda.synchronize()
+    est, _ = time_gpu(fn, scrub, 3)
+    iters = int(max(5, min(iters_cap, budget_ms / max(est, 1e-3))))
+    gpu_ms, host_ahead = time_gpu(fn, scrub, iters)
+    return gpu_ms, host_ahead, iters
+
+
 def time_contenders(
     inputs: dict, row: dict, contenders, iters_cap, seed, reference, configs=None, target=None
 ) -> dict:
@@ -356,11 +368,7 @@ def time_contenders(
                     fn = ours_planned(inputs, out, lse, target)
                 else:
                     fn = flashinfer_planned(inputs, out, lse)
-                fn()  # warm-up: compile / JIT / module load stay out of the timings
-                torch.cuda.synchronize()
-                est, _ = time_gpu(fn, scrub, 3)
-                iters = int(max(5, min(iters_cap, 300.0 / max(est, 1e-3))))
-                gpu_ms, host_ahead = time_gpu(fn, scrub, iters)
+                gpu_ms, host_ahead, iters = time_gpu_fitted(fn, scrub, iters_cap)
                 wall_ms = time_wall(fn, scrub, max(5, iters // 2))
             except Exception as e:  # a contender that fails is reported, not fatal
                 row[vname] = {"error": f"{type(e).__name__}: {e}"[:500]}
