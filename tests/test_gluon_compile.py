@@ -47,7 +47,7 @@ def test_gluon_kernel_compiles_for_hopper_without_spills(gluon_rows, shape):
     assert 0 < row["shared_bytes"] <= row["shared_limit"] == 232_448, row
     assert row["spills"] == 0 and 0 < row["registers"] <= 255, row
     assert row["ptx_counts"]["wgmma"] > 0, "no warpgroup MMA left"
-    assert (row["constants"]["MIN_CHUNK"] > 0) == (shape == "wide-split")
+    assert row["constants"]["SCHEDULED"] == (shape == "wide-split")
     # the output of a launch without split leaves through shared memory in 16-byte row pieces
     # (st.global.v4): the MMA layout's 4-byte stores cost 892d1b8f 17% (docs/design.md)
     if shape == "wide":

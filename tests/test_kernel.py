@@ -14,7 +14,7 @@ from mla_prefill.blobs import SMALL_CASES
 from mla_prefill.fuzz import ARGS, Batch, check_batch, make_batch_inputs
 from mla_prefill.kernel import main
 from mla_prefill.kernel.config import (
-    MAX_POOLED_TOKENS,
+    MAX_SPLIT_TOKENS,
     KernelConfig,
     choose_config,
     shared_estimate,
@@ -138,11 +138,13 @@ class Force64:
 )
 def test_64bit_offsets_and_guess(config, device, reference, monkeypatch):
     seen = []
-    # 1-token split tiles launch the pooled kernel, the others the main kernel
-    for name in ("_mla_prefill_kernel", "_mla_pooled_split_kernel"):
+    # 1-token split tiles launch the pooled kernel, the others the main kernel (a split of them
+    # after the schedule's)
+    for name in ("_mla_prefill_kernel", "_mla_pooled_split_kernel", "_split_schedule_kernel"):
         monkeypatch.setattr(main, name, Force64(getattr(main, name), seen))
     run_case(EDGE_CASES["guess_misses"] + [(1, 40), (3, 3)], device, reference, 5, config)
-    assert seen == [(True, True)]  # what the shapes chose, before the override
+    # what the shapes chose, before the override: both flags on the attention launch
+    assert seen[-1] == (True, True) and all(all(flags) for flags in seen)
 
 
 def test_split_one_long_many_short(device, reference):
@@ -170,12 +172,92 @@ def test_pooled_split(name, device, reference):
     run_case(lengths, device, reference, seed=6, config=tiles(1, 16, num_splits, 16))
 
 
-# heavy prefix-dominated batches on Hopper: the default plan gives them 4-token Gluon tiles split
-# per tile, here with fewer tokens than one tile holds and with tiles spanning sequences
+# larger tiles split on a schedule: tiles follow the sequences, and their KV ranges are cut into
+# pieces of one size (``_split_schedule_kernel``): a long range takes more pieces than the
+# combine merges per load, sequences of several tiles end in a partial tile, sequences without
+# keys take no piece, and the budget's bisection and unused programs both occur
+SCHEDULED_CASES = {
+    "one_long_range_many_pieces": ([(3, 700)], 4, 40),
+    "several_tiles_per_sequence": ([(11, 300), (6, 6), (9, 40)], 4, 3),
+    "no_keys_and_empty": ([(0, 0), (7, 9), (4, 0), (2, 97), (0, 5), (5, 260)], 4, 2),
+    "unequal_prefixes": ([(2, 231), (3, 475), (1, 1432), (4, 2956), (2, 503), (1, 99)], 4, 3),
+    "two_token_tiles": ([(3, 180), (1, 17), (5, 600), (2, 2)], 2, 4),
+    # 7 programs: pieces of sum / 7 take 9; bisected to fit
+    "tails_over_budget": ([(1, 300), (1, 300), (1, 300), (1, 50)], 4, 2),
+}
+
+
+def scheduled_config(block_t, num_splits, device):
+    """A scheduled split of ``block_t``-token tiles: the Gluon kernel's where it runs (64-key
+    steps), else the Triton kernel's with 16-key steps and 16-position pieces."""
+    if device == "cuda" and block_t == 4 and main.gluon_available():
+        if torch.cuda.get_device_capability()[0] == 9:
+            return KernelConfig(4, 64, num_splits, 64, kernel="gluon")
+    return tiles(block_t, 16, num_splits, 16)
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULED_CASES))
+def test_scheduled_split(name, device, reference):
+    lengths, block_t, num_splits = SCHEDULED_CASES[name]
+    cfg = scheduled_config(block_t, num_splits, device)
+    run_case(lengths, device, reference, seed=8, config=cfg)
+
+
+def schedule_model(lengths, block_t, block_n, min_chunk, slots):
+    """What ``_split_schedule_kernel`` writes, in Python: per token (first row, piece count),
+    then per slot (tok0, tok_end, q_start, q_end, kv_start, kv_end, lo, hi)."""
+    tiles_, q0, k0 = [], 0, 0
+    for q, k in lengths:
+        for t in range(q0, q0 + q, block_t):
+            end = min(t + block_t, q0 + q)
+            tiles_.append((t, end, q0, q0 + q, k0, k0 + k, max(min(k, k - q + end - q0), 0)))
+        q0, k0 = q0 + q, k0 + k
+    total = sum(w[-1] for w in tiles_)
+    chunk = max(-(-(-(-total // slots)) // block_n) * block_n, min_chunk)
+    while sum(-(-w[-1] // chunk) for w in tiles_) > slots:
+        chunk += block_n  # the kernel bisects; the smallest fitting multiple is the same
+    first, count, recs = [0] * q0, [0] * q0, []
+    for t0, t1, *seq, work in tiles_:
+        n = -(-work // chunk)
+        for t in range(t0, t1):
+            first[t], count[t] = len(recs) * block_t + t - t0, n
+        recs += [(t0, t1, *seq, i * chunk, min((i + 1) * chunk, work)) for i in range(n)]
+    recs += [(q0, q0, q0, q0, 0, 0, 0, 0)] * (slots - len(recs))
+    return first + count + [x for r in recs for x in r]
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULED_CASES))
+def test_schedule_table(name, device):
+    """The work table against ``schedule_model``: every tile's range in pieces of one size,
+    numbered tile by tile, and the combine's rows and counts per token."""
+    lengths, block_t, num_splits = SCHEDULED_CASES[name]
+    cfg = tiles(block_t, 16, num_splits, 16)
+    inputs = make_batch_inputs(Batch(lengths, sum(k for _, k in lengths) + 1, 0), device)
+    batch = len(lengths)
+    shape = main.CallShape.of(inputs["q_nope"], inputs["q_pe"], inputs["ckv_cache"],
+                              inputs["kpe_cache"], inputs["q_nope"], inputs["q_pe"][..., 0],
+                              batch, inputs["kv_indices"].shape[0])  # fmt: skip
+    plan = main.plan_launches(shape, cfg, 0, device != "cuda")
+    schedule = plan.launches[0]
+    assert schedule.kernel == "schedule"
+    table = torch.full((plan.table,), -7, dtype=torch.int32, device=device)
+    slots = {"qo_indptr": inputs["qo_indptr"], "kv_indptr": inputs["kv_indptr"], "table": table}
+    args = tuple(slots[a] if isinstance(a, str) else a for a in schedule.args)
+    main._split_schedule_kernel[schedule.grid](*args, **dict(schedule.consts))
+    num_slots = schedule.args[-1]
+    assert table.tolist() == schedule_model(lengths, block_t, 16, 16, num_slots)
+
+
+UNEQUAL_Q = (2, 3, 1, 4, 2, 4, 3, 1, 4, 4)
+UNEQUAL_KV = (2311, 4759, 14328, 29567, 5037, 9928, 3266, 2324, 32064, 2588)
+# heavy prefix-dominated batches on Hopper: the default plan gives them 4-token Gluon tiles on a
+# scheduled split, here with fewer tokens than one tile holds and with several sequences
 HEAVY_PREFIX_CASES = {
     "one_token_over_300k": [(1, 300_000)],
     "three_tokens_two_sequences": [(2, 140_000), (1, 140_001)],
     "tiles_span_sequences": [(1, 9000), (3, 9001), (2, 9000), (1, 8999)] * 8,
+    # 1-4 new tokens over 2-32K cached positions (a batch of the random benchmark's kind)
+    "unequal_prefixes": 3 * list(zip(UNEQUAL_Q, UNEQUAL_KV)),
 }
 
 
@@ -191,12 +273,13 @@ def test_heavy_prefix_default_tiles(name, device, reference):
     run_case(lengths, device, reference, seed=13)
 
 
-def test_pooled_split_refuses_too_many_tokens(device):
+@pytest.mark.parametrize("block_t", [1, 4])
+def test_split_refuses_too_many_tokens(block_t, device):
     inputs = make_batch_inputs(
-        Batch([(MAX_POOLED_TOKENS + 1, MAX_POOLED_TOKENS + 1)], 1100, 0), device
+        Batch([(MAX_SPLIT_TOKENS + 1, MAX_SPLIT_TOKENS + 1)], 1100, 0), device
     )
-    with pytest.raises(ValueError, match="pools at most"):
-        mla_paged_prefill(*[inputs[k] for k in ARGS], config=tiles(1, 16, 2, 16))
+    with pytest.raises(ValueError, match="at most 1024 tokens"):
+        mla_paged_prefill(*[inputs[k] for k in ARGS], config=tiles(block_t, 16, 2, 16))
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,14 @@ import dataclasses
 
 from mla_prefill.kernel.config import KernelConfig, choose_config
 from mla_prefill.kernel.main import plan_call
-from mla_prefill.kernel.plan import CallShape, partial_elements, plan_launches
+from mla_prefill.kernel.plan import (
+    MAX_SLOTS,
+    REC_FIELDS,
+    CallShape,
+    partial_elements,
+    plan_launches,
+    split_slots,
+)
 from mla_prefill.kernel.targets import target_named
 
 H200 = target_named("h200")
@@ -19,23 +26,42 @@ def test_one_tile_launch_writes_the_output_with_its_strides():
     s = shape(2048, 4, 2048, out_strides=(16 * 1024, 1024))  # a strided output
     plan = plan_launches(s, choose_config(2048, 4, 2048, H200), 90, False)
     (launch,) = plan.launches
-    assert launch.kernel == "gluon" and launch.grid == (512, 1)
+    assert launch.kernel == "gluon" and launch.grid == (512,)
     assert plan.partials == () and partial_elements(plan) is None
-    # destinations, then q/pe/cache strides, then (split, token, head) strides of out and lse
+    # destinations (and the unread table pointer), then q/pe/cache strides, then (piece, token,
+    # head) strides of out and lse
     i = launch.args.index("output")
     assert launch.args[i : i + 2] == ("output", "lse")
-    assert launch.args[i + 8 : i + 14] == (0, 16 * 1024, 1024, 0, 16, 1)
+    assert launch.args[i + 9 : i + 15] == (0, 16 * 1024, 1024, 0, 16, 1)
+    assert dict(launch.consts)["SCHEDULED"] is False
 
 
-def test_per_tile_split_plans_partials_and_a_combine():
+def test_scheduled_split_plans_a_schedule_partials_and_a_combine():
     cfg = choose_config(400, 1, 4000, H200)
-    assert cfg.split and not cfg.pooled
+    assert cfg.split and not cfg.pooled and cfg.block_t == 4
     plan = plan_launches(shape(400, 1, 4000), cfg, 90, False)
-    main, combine = plan.launches
-    assert plan.partials == (cfg.num_splits, 400)
-    assert main.grid == (100, cfg.num_splits) and "part_o" in main.args
+    schedule, main, combine = plan.launches
+    slots = split_slots(cfg, 400, 1)
+    assert slots == max(cfg.num_splits * 100, 100)
+    assert schedule.kernel == "schedule" and schedule.grid == (1,) and schedule.args[-1] == slots
+    assert dict(schedule.consts)["BLOCK_SL"] >= slots and dict(schedule.consts)["BLOCK_TQ"] == 512
+    # one program per piece, partial rows [slot, 4 tokens, 16 heads]
+    assert plan.partials == (slots, 4) and plan.table == 2 * 400 + REC_FIELDS * slots
+    assert main.grid == (slots,) and "part_o" in main.args and dict(main.consts)["SCHEDULED"]
+    i = main.args.index("part_o")
+    assert main.args[i : i + 3] == ("part_o", "part_lse", "table")
+    assert main.args[i + 9 : i + 15] == (4 * 16 * 512, 16 * 512, 512, 4 * 16, 16, 1)
     assert combine.kernel == "combine" and combine.grid[0] == 400 * 16
+    assert dict(combine.consts)["ROWS"] == 4
     assert dict(combine.options)["launch_pdl"] is True  # sm_90: programmatic dependent launch
+
+
+def test_scheduled_split_has_a_program_for_every_tile():
+    # 300 sequences of 1 token: 75 global tiles but 300 tiles that follow the sequences
+    cfg = KernelConfig(4, 64, 2, 128, kernel="gluon")
+    assert split_slots(cfg, 300, 300) == 300
+    assert split_slots(cfg, 300, 1) == 150
+    assert split_slots(KernelConfig(4, 64, 64, 128), 1000, 1) == MAX_SLOTS
 
 
 def test_pooled_split_of_a_decode_batch():
@@ -47,6 +73,7 @@ def test_pooled_split_of_a_decode_batch():
     assert pooled.kernel == "pooled" and pooled.grid == (slots,) and plan.table == 44
     assert partial_elements(plan) == (slots * 16 * 512, slots * 16, 44)
     assert dict(pooled.consts)["OFFS32"] is True
+    assert dict(combine.consts)["ROWS"] == 1
 
 
 def test_64bit_offsets_and_no_pdl_without_a_gpu():

@@ -4,13 +4,16 @@ tile-choice rule in ``kernel/config.py`` is written from.
 Batches: the 60 of ``mla-prefill bench --random 60 --seed 7`` and its fixed decode batch, ten
 of the 38 workloads' length lists (random indices), and four uniform decode batches. For each,
 the candidates that apply to its shape: 1-token Triton tiles (64- and 32-key steps), 4-token
-Gluon tiles with per-tile splits of 1-64 (at most ten waves, partials under 256 MB, splits
-above 4 only when the prefix dominates) and pooled 1-token pieces of 2, 4 and 8 per token. Each
+Gluon tiles unsplit and, when the prefix dominates, split on a schedule over about 1, 2, 3, 4
+and 6 waves of programs (partials under 256 MB), and pooled 1-token pieces of 2, 4 and 8 per
+token. Each
 is timed as ``mla-prefill bench`` times GPU-side (cold L2, events, stream held, median of up to
 30 calls), then called again on poisoned outputs and compared with the fast fp32 reference.
 Batches of more than 4,200 tokens are skipped (their tiles are not in question).
 
-    python tools/tile_sweep.py OUT.json      (on a GPU; writes OUT.json after every batch)
+    python tools/tile_sweep.py OUT.json [KINDS]   (on a GPU; writes OUT.json after every batch)
+
+``KINDS``: comma-separated substrings of the batch kinds to run (e.g. ``prefix,decode``).
 
 Unlike ``bench --random --configs``, the candidates differ per batch, so one run covers every
 shape class in a few minutes.
@@ -66,14 +69,13 @@ def candidates(T: int, B: int, K: int):
     if T <= 2048 and K / B <= 4096:
         c += [KernelConfig(1, 64, 1, 128, 8, 2), KernelConfig(1, 32, 1, 128, 8, 3)]
     tiles = -(-T // 4)
-    for s in (1, 2, 4, 8, 16, 32, 64):
-        if s > 1 and (
-            s * T * PARTIAL_ROW_BYTES > PARTIAL_BYTES_CAP or tiles * s > 10 * H200.num_sms
-        ):
-            continue
-        if s > 4 and K < 2 * T:
-            continue
-        c.append(KernelConfig(4, 64, s, 128, 4, 2, "gluon"))
+    c.append(KernelConfig(4, 64, 1, 128, 4, 2, "gluon"))
+    if K >= 2 * T:
+        # scheduled splits: pieces of one size over about w waves of programs
+        for w in (1, 2, 3, 4, 6):
+            s = -(-w * H200.num_sms // tiles)
+            if 1 < s <= 64 and s * tiles * 4 * PARTIAL_ROW_BYTES <= PARTIAL_BYTES_CAP:
+                c.append(KernelConfig(4, 64, s, 128, 4, 2, "gluon"))
     if T <= 512 and K >= 2 * T:
         c += [
             KernelConfig(1, 64, s, 128, 8, 3)
@@ -87,13 +89,13 @@ def name(c: KernelConfig) -> str:
     return f"{c.kernel[0]}{c.block_t},{c.block_n},s{c.num_splits},w{c.num_warps},st{c.num_stages}"
 
 
-def main(out_path: str) -> None:
+def main(out_path: str, kinds: str = "") -> None:
     doc = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "gpu": torch.cuda.get_device_name(),
         "versions": versions(),
         "kernel_sha256": kernel_sha256(),
-        "command": "python tools/tile_sweep.py " + out_path,
+        "command": " ".join(["python tools/tile_sweep.py", out_path, kinds]).strip(),
         "method": __doc__.strip(),
         "rows": [],
     }
@@ -101,7 +103,7 @@ def main(out_path: str) -> None:
     t_start = time.time()
     for i, (kind, lengths) in enumerate(batches()):
         T, K, B = sum(q for q, _ in lengths), sum(k for _, k in lengths), len(lengths)
-        if T > MAX_TOKENS:
+        if T > MAX_TOKENS or (kinds and not any(k in kind for k in kinds.split(","))):
             continue
         inputs = make_batch_inputs(Batch(list(lengths), K + 1000, 7000 + i), "cuda")
         ref = reference_fast(*[inputs[k] for k in INPUTS])
@@ -137,4 +139,4 @@ def main(out_path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "")

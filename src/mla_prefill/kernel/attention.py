@@ -25,14 +25,14 @@ Design (FlashAttention-2 style online softmax, Dao 2023, in base 2 as in Triton'
   load, ~0.4 us, off the chain). Their rows share one causal limit, so one masked loop walks
   the whole range (a third less code); larger tiles run an unmasked loop, then the diagonal
   band, which starts on the indices the first loop already loaded.
-- Decode-like batches (few query tiles, long KV) split the KV. 1-token tiles pool the causal
-  ranges of all tokens and cut the pool into pieces of one size, one program each
-  (``_mla_pooled_split_kernel``); larger tiles cut every tile's range into ``num_splits`` equal
-  pieces of at least ``MIN_CHUNK`` positions (``_mla_prefill_kernel`` with ``MIN_CHUNK > 0``; no
-  program is spent on a range past a sequence's end unless the sequence is short).
-  ``_combine_kernel`` merges the normalised partial outputs by their base-2 lse. On sm_90+ it is
-  a programmatic dependent launch of the split kernel, so its launch overlaps the split's end
-  (ed999c80: 23.6 -> 22.3 us, measured 2026-12-03; docs/design.md).
+- Decode-like batches (few query tiles, long KV) split the KV into pieces of one size, one
+  program each, so long and short ranges cost their length, not an equal share of programs.
+  1-token tiles pool the causal ranges of all tokens (``_mla_pooled_split_kernel``, which sizes
+  the pieces itself); larger tiles take their pieces from a work table that
+  ``_split_schedule_kernel`` writes first (tiles follow the sequences; ``_mla_prefill_kernel``
+  with ``SCHEDULED``). ``_combine_kernel`` merges the normalised partial outputs by their
+  base-2 lse. On sm_90+ it is a programmatic dependent launch of the split kernel, so its launch
+  overlaps the split's end (ed999c80: 23.6 -> 22.3 us, measured 2026-12-03; docs/design.md).
 """
 
 import os
@@ -40,6 +40,13 @@ import os
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+from .plan import REC_FIELDS as _REC_FIELDS
+
+# a scheduled split's work table (int32): per token its first partial row and piece count (the
+# combine's), then one record per program of the attention launch: tok0, tok_end, q_start,
+# q_end, kv_start, kv_end, lo, hi
+REC_FIELDS = tl.constexpr(_REC_FIELDS)
 
 
 def is_interpreter() -> bool:
@@ -197,6 +204,55 @@ def _search_bounds(guess, g_q0, g_q1, toks, batch):
 
 
 @triton.jit
+def _token_seqs(qo_indptr_ptr, kv_indptr_ptr, toks, tok_ok, batch, total_q, GUESS32: tl.constexpr):
+    """Per token of the vector ``toks`` (``tok_ok`` masks lanes): its sequence's
+    (q_start, q_end, kv_start, kv_end), found by the proportional guess, else a binary search of
+    ``qo_indptr`` (the largest b with qo_indptr[b] <= token), all lanes at once."""
+    guess, g_q0, g_q1, g_k0, g_k1 = _guess_seq(
+        qo_indptr_ptr, kv_indptr_ptr, toks, tok_ok, batch, total_q, GUESS32
+    )
+    b_lo, b_hi = _search_bounds(guess, g_q0, g_q1, toks, batch)
+    b_hi = tl.where(tok_ok, b_hi, b_lo)
+    while tl.max(b_hi - b_lo, 0) > 0:
+        active = b_hi > b_lo
+        mid = (b_lo + b_hi + 1) // 2
+        below = tl.load(qo_indptr_ptr + mid, mask=active, other=0) <= toks
+        b_lo = tl.where(active & below, mid, b_lo)
+        b_hi = tl.where(active & (~below), mid - 1, b_hi)
+    miss = tok_ok & (b_lo != guess)
+    q_start = tl.where(miss, tl.load(qo_indptr_ptr + b_lo, mask=miss, other=0), g_q0)
+    q_end = tl.where(miss, tl.load(qo_indptr_ptr + b_lo + 1, mask=miss, other=0), g_q1)
+    kv_start = tl.where(miss, tl.load(kv_indptr_ptr + b_lo, mask=miss, other=0), g_k0)
+    kv_end = tl.where(miss, tl.load(kv_indptr_ptr + b_lo + 1, mask=miss, other=0), g_k1)
+    return q_start, q_end, kv_start, kv_end
+
+
+@triton.jit
+def _piece_size(work, num_pieces, BLOCK_N: tl.constexpr, MIN_CHUNK: tl.constexpr):
+    """(piece size C, pieces per range ``ceil(work / C)``) for the KV ranges ``work`` (a vector;
+    0: no range): the smallest C, a multiple of ``BLOCK_N`` and at least ``MIN_CHUNK`` and
+    ``sum(work) / num_pieces``, whose pieces fit ``num_pieces`` (there are at most
+    ``num_pieces`` non-empty ranges, so one piece per range always does)."""
+    total = tl.sum(work.to(tl.int64), 0)
+    chunk = tl.cdiv(tl.cdiv(total, num_pieces), BLOCK_N) * BLOCK_N
+    chunk = tl.maximum(chunk, MIN_CHUNK).to(tl.int32)  # <= the longest range + BLOCK_N
+    count = tl.cdiv(work, chunk)
+    if tl.sum(count, 0) > num_pieces:
+        # the ranges' tails take more pieces than the budget: bisect (in BLOCK_N steps) for the
+        # smallest piece within it
+        lo_c = chunk
+        hi_c = tl.cdiv(tl.max(work, 0), BLOCK_N) * BLOCK_N
+        while hi_c - lo_c > BLOCK_N:
+            mid = (lo_c + hi_c) // (2 * BLOCK_N) * BLOCK_N
+            over = tl.sum(tl.cdiv(work, mid), 0) > num_pieces
+            lo_c = tl.where(over, mid, lo_c)
+            hi_c = tl.where(over, hi_c, mid)
+        chunk = hi_c
+        count = tl.cdiv(work, chunk)
+    return chunk, count
+
+
+@triton.jit
 def _mla_prefill_kernel(
     q_nope_ptr,
     q_pe_ptr,
@@ -207,6 +263,7 @@ def _mla_prefill_kernel(
     kv_indices_ptr,
     out_ptr,
     lse_ptr,
+    table_ptr,
     stride_qn_t,
     stride_qn_h,
     stride_qp_t,
@@ -228,7 +285,7 @@ def _mla_prefill_kernel(
     HEAD_KPE: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    MIN_CHUNK: tl.constexpr,  # 0: one program per tile; else split KV over program_id(1), see below
+    SCHEDULED: tl.constexpr,  # a split: program q attends the piece of record q (see below)
     OFFS32: tl.constexpr,  # num_pages * page stride < 2**31 for both caches: 32-bit gather offsets
     GUESS32: tl.constexpr,  # total_q * batch < 2**31: the first-sequence guess in 32 bits
     INTERPRET: tl.constexpr,
@@ -241,13 +298,26 @@ def _mla_prefill_kernel(
     # steps), measured 0.3-1 us faster (2026-12-03)
     ONE_TOKEN: tl.constexpr = BLOCK_T == 1
     # a split of 1-token tiles pools the ranges of all tokens instead (_mla_pooled_split_kernel)
-    tl.static_assert(BLOCK_T > 1 or MIN_CHUNK == 0, "1-token tiles are split by the pooled kernel")
-    num_tiles = tl.cdiv(total_q, BLOCK_T)
-    tile = num_tiles - 1 - tl.program_id(0)  # longest causal range first
-    split = tl.program_id(1)
-    num_splits = tl.num_programs(1)
-    tok0 = tile * BLOCK_T
-    tok_end = tl.minimum(tok0 + BLOCK_T, total_q)
+    tl.static_assert(BLOCK_T > 1 or not SCHEDULED, "1-token tiles are split by the pooled kernel")
+    if SCHEDULED:
+        # one tile of one sequence and a piece [lo, hi) of its KV (_split_schedule_kernel);
+        # partial rows from slot * BLOCK_T (o_base)
+        rec = table_ptr + 2 * total_q + tl.program_id(0) * REC_FIELDS
+        tok0 = tl.load(rec)
+        tok_end = tl.load(rec + 1)
+        rec_q0 = tl.load(rec + 2)
+        rec_q1 = tl.load(rec + 3)
+        rec_k0 = tl.load(rec + 4)
+        rec_k1 = tl.load(rec + 5)
+        rec_lo = tl.load(rec + 6)
+        rec_hi = tl.load(rec + 7)
+        o_base = tl.program_id(0).to(tl.int64) * stride_o_s - tok0.to(tl.int64) * stride_o_t
+        l_base = tl.program_id(0).to(tl.int64) * stride_l_s - tok0.to(tl.int64) * stride_l_t
+    else:
+        tok0 = (tl.cdiv(total_q, BLOCK_T) - 1 - tl.program_id(0)) * BLOCK_T  # longest range first
+        tok_end = tl.minimum(tok0 + BLOCK_T, total_q)
+        o_base = 0
+        l_base = 0
 
     offs_m = tl.arange(0, BLOCK_M)
     offs_ckv = tl.arange(0, HEAD_CKV)
@@ -263,9 +333,12 @@ def _mla_prefill_kernel(
         spec_pages = tl.load(kv_indices_ptr + offs_n, mask=offs_n < num_kv_indices, other=0)
 
     # first sequence of this tile: the largest b in [0, batch) with qo_indptr[b] <= tok0
-    guess, g_q0, g_q1, g_k0, g_k1 = _guess_seq(
-        qo_indptr_ptr, kv_indptr_ptr, tok0, True, batch, total_q, GUESS32
-    )
+    if SCHEDULED:
+        guess, g_q0, g_q1, g_k0, g_k1 = tok0 * 0, rec_q0, rec_q1, rec_k0, rec_k1
+    else:
+        guess, g_q0, g_q1, g_k0, g_k1 = _guess_seq(
+            qo_indptr_ptr, kv_indptr_ptr, tok0, True, batch, total_q, GUESS32
+        )
     # Q does not depend on the sequence: its load is issued beside the index loads, after them,
     # so that its copy to shared memory (placed right after the load) waits on one round trip
     # together with them instead of before they are issued
@@ -273,15 +346,17 @@ def _mla_prefill_kernel(
         q_nope_ptr, q_pe_ptr, row_tok64, row_head, row_ok,
         stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, HEAD_CKV, HEAD_KPE, INTERPRET,
     )  # fmt: skip
-    b_lo, b_hi = _search_bounds(guess, g_q0, g_q1, tok0, batch)
-    while b_lo < b_hi:
-        mid = (b_lo + b_hi + 1) // 2
-        if tl.load(qo_indptr_ptr + mid) <= tok0:
-            b_lo = mid
-        else:
-            b_hi = mid - 1
-
-    b = b_lo
+    if SCHEDULED:
+        b = guess  # the record's sequence; its tile ends within it, so the loop runs once
+    else:
+        b_lo, b_hi = _search_bounds(guess, g_q0, g_q1, tok0, batch)
+        while b_lo < b_hi:
+            mid = (b_lo + b_hi + 1) // 2
+            if tl.load(qo_indptr_ptr + mid) <= tok0:
+                b_lo = mid
+            else:
+                b_hi = mid - 1
+        b = b_lo
     if b == guess:
         q_start = g_q0
     else:
@@ -302,13 +377,9 @@ def _mla_prefill_kernel(
         i_first = tl.maximum(tok0, q_start) - q_start
         i_last = tl.minimum(tok_end, q_end) - 1 - q_start
         kv_hi = tl.maximum(tl.minimum(kv_len, prefix + i_last + 1), 0)
-        if MIN_CHUNK > 0:
-            # this (tile, sequence)'s KV range [0, kv_hi) in num_splits equal BLOCK_N-aligned
-            # pieces of at least MIN_CHUNK: short ranges use the first few splits, the rest are
-            # empty, so the splits that see a key form a prefix (the combine relies on it)
-            chunk = tl.maximum(tl.cdiv(tl.cdiv(kv_hi, num_splits), BLOCK_N) * BLOCK_N, MIN_CHUNK)
-            lo = tl.minimum(split * chunk, kv_hi)
-            hi = tl.minimum(lo + chunk, kv_hi)
+        if SCHEDULED:
+            lo = rec_lo
+            hi = rec_hi
         else:
             lo = kv_hi * 0
             hi = kv_hi
@@ -347,17 +418,17 @@ def _mla_prefill_kernel(
         lse = tl.where(seen, m_i + tl.math.log2(l_div), float("-inf"))
         o_ptrs = (
             out_ptr
-            + split * stride_o_s
+            + o_base
             + row_tok64[:, None] * stride_o_t
             + row_head[:, None] * stride_o_h
             + offs_ckv[None, :]
         )
-        if MIN_CHUNK > 0:
-            # a split that saw no key writes only lse = -inf; the combine never reads its output
+        if SCHEDULED:
+            # a piece a row sees no key of writes only lse = -inf; the combine never reads it
             tl.store(o_ptrs, o.to(out_ptr.dtype.element_ty), mask=(in_seq & seen)[:, None])
         else:
             tl.store(o_ptrs, o.to(out_ptr.dtype.element_ty), mask=in_seq[:, None])
-        l_ptrs = lse_ptr + split * stride_l_s + row_tok64 * stride_l_t + row_head * stride_l_h
+        l_ptrs = lse_ptr + l_base + row_tok64 * stride_l_t + row_head * stride_l_h
         tl.store(l_ptrs, lse, mask=in_seq)
 
         b += 1
@@ -418,42 +489,13 @@ def _mla_pooled_split_kernel(
     q = tl.program_id(0)
     toks = tl.arange(0, BLOCK_TQ)
     tok_ok = toks < total_q
-    guess, g_q0, g_q1, g_k0, g_k1 = _guess_seq(
+    q_start, q_end, kv_start, kv_end = _token_seqs(
         qo_indptr_ptr, kv_indptr_ptr, toks, tok_ok, batch, total_q, GUESS32
     )
-    # each token's sequence: the largest b with qo_indptr[b] <= token (the guess, or a search)
-    b_lo, b_hi = _search_bounds(guess, g_q0, g_q1, toks, batch)
-    b_hi = tl.where(tok_ok, b_hi, b_lo)
-    while tl.max(b_hi - b_lo, 0) > 0:
-        active = b_hi > b_lo
-        mid = (b_lo + b_hi + 1) // 2
-        below = tl.load(qo_indptr_ptr + mid, mask=active, other=0) <= toks
-        b_lo = tl.where(active & below, mid, b_lo)
-        b_hi = tl.where(active & (~below), mid - 1, b_hi)
-    miss = tok_ok & (b_lo != guess)
-    q_start = tl.where(miss, tl.load(qo_indptr_ptr + b_lo, mask=miss, other=0), g_q0)
-    q_end = tl.where(miss, tl.load(qo_indptr_ptr + b_lo + 1, mask=miss, other=0), g_q1)
-    kv_start = tl.where(miss, tl.load(kv_indptr_ptr + b_lo, mask=miss, other=0), g_k0)
-    kv_end = tl.where(miss, tl.load(kv_indptr_ptr + b_lo + 1, mask=miss, other=0), g_k1)
     # token t = query i of its sequence sees KV positions [0, prefix + i + 1)
     work = (kv_end - kv_start) - (q_end - q_start) + (toks - q_start) + 1
     work = tl.where(tok_ok, tl.maximum(work, 0), 0)
-    total = tl.sum(work.to(tl.int64), 0)
-    chunk = tl.cdiv(tl.cdiv(total, num_pieces), BLOCK_N) * BLOCK_N
-    chunk = tl.maximum(chunk, MIN_CHUNK).to(tl.int32)  # <= the longest range + BLOCK_N
-    count = tl.cdiv(work, chunk)
-    if tl.sum(count, 0) > num_pieces:
-        # the ranges' tails take more slots than the budget: bisect (in BLOCK_N steps) for the
-        # smallest piece within it. One piece per range always is (num_pieces >= total_q)
-        lo_c = chunk
-        hi_c = tl.cdiv(tl.max(work, 0), BLOCK_N) * BLOCK_N
-        while hi_c - lo_c > BLOCK_N:
-            mid = (lo_c + hi_c) // (2 * BLOCK_N) * BLOCK_N
-            over = tl.sum(tl.cdiv(work, mid), 0) > num_pieces
-            lo_c = tl.where(over, mid, lo_c)
-            hi_c = tl.where(over, hi_c, mid)
-        chunk = hi_c
-        count = tl.cdiv(work, chunk)
+    chunk, count = _piece_size(work, num_pieces, BLOCK_N, MIN_CHUNK)
     ends = tl.cumsum(count, 0)
     starts = ends - count
     if q == 0:
@@ -492,23 +534,95 @@ def _mla_pooled_split_kernel(
 
 
 @triton.jit
+def _split_schedule_kernel(
+    qo_indptr_ptr,
+    kv_indptr_ptr,
+    table_ptr,
+    total_q,
+    batch,
+    num_slots,
+    BLOCK_T: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MIN_CHUNK: tl.constexpr,
+    BLOCK_TQ: tl.constexpr,  # >= total_q
+    BLOCK_SL: tl.constexpr,  # >= num_slots
+    GUESS32: tl.constexpr,
+):
+    """The work of a scheduled split (one program): the KV ranges of all query tiles cut into
+    pieces of one size, one attention program (slot) each.
+
+    Tiles follow the sequences: sequence b's queries in tiles of ``BLOCK_T`` tokens from its
+    first, so a tile is one sequence's and sees KV ``[0, min(kv_len, prefix + i_last + 1))``.
+    The ranges of all tiles are cut into pieces of one size ``C`` (``_piece_size``: at most
+    ``num_slots`` pieces) and numbered tile by tile; slots past the last piece get an empty
+    record (``tok0 = tok_end = q_start = total_q``). Equal pieces cost the same however unequal
+    the ranges, where equal fractions of each range (a per-tile split) cost the longest range's
+    fraction: batches of 1-4 new tokens over 2-32K cached positions ran at 1.4-2.0 TB/s that way.
+
+    Writes ``table[t]`` = the partial row of token t's first piece (slot * BLOCK_T + its place
+    in the tile), ``table[total_q + t]`` = its tile's piece count (rows of later pieces follow
+    ``BLOCK_T`` apart), and at ``2 * total_q + REC_FIELDS * slot`` each slot's record.
+    """
+    toks = tl.arange(0, BLOCK_TQ)
+    tok_ok = toks < total_q
+    q_start, q_end, kv_start, kv_end = _token_seqs(
+        qo_indptr_ptr, kv_indptr_ptr, toks, tok_ok, batch, total_q, GUESS32
+    )
+    within = tl.where(tok_ok, (toks - q_start) % BLOCK_T, 0)  # place in its tile
+    first_tok = tok_ok & (within == 0)  # a tile starts here: the tile's work sits on this lane
+    tile_end = tl.minimum(toks + BLOCK_T, q_end)
+    kv_len = kv_end - kv_start
+    work = tl.minimum(kv_len, kv_len - (q_end - q_start) + (tile_end - q_start))
+    work = tl.where(first_tok, tl.maximum(work, 0), 0)
+    chunk, count = _piece_size(work, num_slots, BLOCK_N, MIN_CHUNK)
+    ends = tl.cumsum(count, 0)
+    starts = ends - count
+    # per token, from its tile's first token: the combine's first row and piece count
+    lead = toks - within
+    tl.store(table_ptr + toks, tl.gather(starts, lead, 0) * BLOCK_T + within, mask=tok_ok)
+    tl.store(table_ptr + total_q + toks, tl.gather(count, lead, 0), mask=tok_ok)
+    # per slot: the tile whose pieces hold it (a binary search of ``ends``) and its piece
+    slots = tl.arange(0, BLOCK_SL)
+    lo_t = tl.zeros([BLOCK_SL], dtype=tl.int32)
+    hi_t = tl.zeros([BLOCK_SL], dtype=tl.int32) + (BLOCK_TQ - 1)
+    while tl.max(hi_t - lo_t, 0) > 0:  # the first token whose pieces end past the slot
+        mid = (lo_t + hi_t) // 2
+        past = tl.gather(ends, mid, 0) > slots
+        hi_t = tl.where(past, mid, hi_t)
+        lo_t = tl.where(past, lo_t, mid + 1)
+    used = slots < tl.sum(count, 0)
+    lo = (slots - tl.gather(starts, lo_t, 0)) * chunk
+    hi = tl.minimum(lo + chunk, tl.gather(work, lo_t, 0))
+    empty = tl.zeros([BLOCK_SL], dtype=tl.int32) + total_q
+    rec = table_ptr + 2 * total_q + slots * REC_FIELDS
+    ok = slots < num_slots
+    tl.store(rec, tl.where(used, lo_t, empty), mask=ok)
+    tl.store(rec + 1, tl.where(used, tl.gather(tile_end, lo_t, 0), empty), mask=ok)
+    tl.store(rec + 2, tl.where(used, tl.gather(q_start, lo_t, 0), empty), mask=ok)
+    tl.store(rec + 3, tl.where(used, tl.gather(q_end, lo_t, 0), empty), mask=ok)
+    tl.store(rec + 4, tl.where(used, tl.gather(kv_start, lo_t, 0), 0), mask=ok)
+    tl.store(rec + 5, tl.where(used, tl.gather(kv_end, lo_t, 0), 0), mask=ok)
+    tl.store(rec + 6, tl.where(used, lo, 0), mask=ok)
+    tl.store(rec + 7, tl.where(used, hi, 0), mask=ok)
+
+
+@triton.jit
 def _merge_slots(
-    acc, den, m_i, part_o_ptr, part_lse_ptr, first, k0, n, step, head, offs_s, offs_d,
-    NUM_HEADS: tl.constexpr, HEAD_CKV: tl.constexpr, FIRST: tl.constexpr,
+    acc, den, m_i, part_o_ptr, part_lse_ptr, first, k0, n, head, offs_s, offs_d,
+    NUM_HEADS: tl.constexpr, HEAD_CKV: tl.constexpr, ROWS: tl.constexpr, FIRST: tl.constexpr,
 ):  # fmt: skip
-    """Merge a row's slots ``first + k0 + offs_s * step`` (``k0 + offs_s < n``; ``k0 > 0`` only
-    with step 1) into the running (acc, den, m_i): one load of their lse, then one of the
-    outputs of those that saw a key (lse > -inf). ``FIRST``: the row's first block (``acc``,
-    ``den``, ``m_i`` unused); later blocks need a finite ``m_i`` (pooled pieces are never
-    empty)."""
-    lse_at = (first + k0 + offs_s * step) * NUM_HEADS + head
+    """Merge a row's pieces ``k0 + offs_s`` (``< n``; partial row ``first + k * ROWS``) into the
+    running (acc, den, m_i): one load of their lse, then one of the outputs of those that saw a
+    key (lse > -inf). ``FIRST``: the row's first block (``acc``, ``den``, ``m_i`` unused)."""
+    lse_at = (first + (k0 + offs_s) * ROWS) * NUM_HEADS + head
     part = tl.load(part_lse_ptr + lse_at, mask=k0 + offs_s < n, other=float("-inf"))
     if FIRST:
         m_new = tl.max(part, 0)
-        m_new = tl.where(m_new == float("-inf"), 0.0, m_new)  # no slot saw a key
-        w = tl.math.exp2(part - m_new)  # 0 for splits that saw no key
+        m_new = tl.where(m_new == float("-inf"), 0.0, m_new)  # no piece saw a key
+        w = tl.math.exp2(part - m_new)  # 0 for pieces that saw no key
         den = tl.sum(w, 0)
     else:
+        # m_i is finite (0 where no piece so far saw a key), so exp2 never sees inf - inf
         m_new = tl.maximum(m_i, tl.max(part, 0))
         alpha = tl.math.exp2(m_i - m_new)
         w = tl.math.exp2(part - m_new)
@@ -516,7 +630,7 @@ def _merge_slots(
         part_o_ptr + lse_at[:, None] * HEAD_CKV + offs_d[None, :],
         mask=(part > float("-inf"))[:, None],
         other=0.0,
-    )  # the outputs of empty splits are never read
+    )  # the outputs of pieces that saw no key are never read
     if FIRST:
         acc = tl.sum(w[:, None] * o_s, 0)
     else:
@@ -532,7 +646,6 @@ def _combine_kernel(
     table_ptr,
     out_ptr,
     lse_ptr,
-    num_splits,
     total_q,
     stride_o_t,
     stride_o_h,
@@ -542,22 +655,20 @@ def _combine_kernel(
     HEAD_CKV: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_S: tl.constexpr,
-    POOLED: tl.constexpr,
+    ROWS: tl.constexpr,  # partial rows (of 16 heads) per piece: the split's tile, in tokens
     USE_PDL: tl.constexpr,  # launched as a programmatic dependent of the split kernel
 ):
     """Merge the normalised partial outputs of one (token, head) row by their base-2 lse.
 
-    Partials are ``[slot, head, HEAD_CKV]`` (fp32) and ``[slot, head]``. A row's slots are
-    ``first + k * step`` for ``k < n``: per-tile splits (``POOLED`` off) have ``first`` = token,
-    ``step`` = total_q, ``n`` = num_splits (``BLOCK_S >= num_splits``: one load); pooled pieces
-    (``_mla_pooled_split_kernel``) read ``first`` and ``n`` from ``table`` and have step 1, any
-    ``n`` (merged online, ``BLOCK_S`` slots at a time).
+    Partials are ``[row, head, HEAD_CKV]`` (fp32) and ``[row, head]``; token t's pieces are at
+    rows ``table[t] + k * ROWS`` for ``k < table[total_q + t]`` (the pooled kernel's table:
+    ``ROWS`` 1; a scheduled split's: its tile). ``BLOCK_S`` pieces at a time, merged online.
 
-    Program (row, D block), per block of slots: one load of their lse, then one load of the
-    outputs of the slots that saw a key (two dependent memory round trips, three with the table).
-    ``[BLOCK_S, BLOCK_D]`` with ``BLOCK_D = 8192 / BLOCK_S`` (capped at 512): up to 16 slots a
-    thread holds all slots of its 4 columns, so the merge is a sum in registers (no shuffles, no
-    barriers); above 16 the warps share the slots again.
+    Program (row, D block), per block of pieces: one load of their lse, then one load of the
+    outputs of the pieces that saw a key (with the table's, three dependent memory round
+    trips). ``[BLOCK_S, BLOCK_D]`` with ``BLOCK_D = 8192 / BLOCK_S`` (capped at 512): a thread
+    holds all pieces of its 4 columns, so the merge is a sum in registers (no shuffles, no
+    barriers).
     """
     if USE_PDL:
         gdc_wait()  # the split kernel has finished and its partials are visible
@@ -566,26 +677,19 @@ def _combine_kernel(
     head = row % NUM_HEADS
     offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     offs_s = tl.arange(0, BLOCK_S)
-    if POOLED:
-        first = tl.load(table_ptr + tok).to(tl.int64)
-        n = tl.load(table_ptr + total_q + tok)
-        step = 1
-    else:
-        first = tok
-        n = num_splits
-        step = total_q
+    first = tl.load(table_ptr + tok).to(tl.int64)
+    n = tl.load(table_ptr + total_q + tok)
     # the first block straight-line (every load of it in flight at once; in a loop, ptxas issues
-    # them a few slots at a time), later ones (pooled pieces only) online
+    # them a few slots at a time), later ones online
     acc, den, m_i = _merge_slots(
         0.0, 0.0, 0.0, part_o_ptr, part_lse_ptr,
-        first, 0, n, step, head, offs_s, offs_d, NUM_HEADS, HEAD_CKV, True,
+        first, 0, n, head, offs_s, offs_d, NUM_HEADS, HEAD_CKV, ROWS, True,
     )  # fmt: skip
-    if POOLED:
-        for k0 in range(BLOCK_S, n, BLOCK_S):
-            acc, den, m_i = _merge_slots(
-                acc, den, m_i, part_o_ptr, part_lse_ptr,
-                first, k0, n, step, head, offs_s, offs_d, NUM_HEADS, HEAD_CKV, False,
-            )  # fmt: skip
+    for k0 in range(BLOCK_S, n, BLOCK_S):
+        acc, den, m_i = _merge_slots(
+            acc, den, m_i, part_o_ptr, part_lse_ptr,
+            first, k0, n, head, offs_s, offs_d, NUM_HEADS, HEAD_CKV, ROWS, False,
+        )  # fmt: skip
     seen = den > 0.0
     den_div = tl.where(seen, den, 1.0)
     o = acc * (1.0 / den_div)

@@ -12,7 +12,7 @@ from .validate import HEAD_DIM_CKV, HEAD_DIM_KPE, NUM_QO_HEADS
 
 PARTIAL_BYTES_CAP = 256 << 20  # fp32 partial outputs of a split launch stay under this
 MAX_SPLITS = 64  # the combine reads every per-tile split of a row in one load
-MAX_POOLED_TOKENS = 1024  # a pooled split sizes every token's range in one vector per program
+MAX_SPLIT_TOKENS = 1024  # a KV split sizes every token's range in one vector per program
 KERNELS = ("triton", "gluon")  # gluon: warp-specialised Hopper kernel for 64-row tiles
 DEFAULT_MIN_CHUNK = 128  # KV positions: below this a split costs more (partial write) than it saves
 
@@ -57,12 +57,12 @@ class KernelConfig:
 
     block_t:    query tokens per program; the tile has ``block_t * 16`` rows (heads packed into rows).
     block_n:    KV positions per inner-loop step.
-    num_splits: programs per query tile along the KV axis; 1 = no split. Each (tile, sequence) KV
-                range is cut into ``num_splits`` equal ``block_n``-aligned pieces of at least
-                ``min_chunk`` positions (shorter ranges leave the last splits empty). 1-token
-                tiles (Triton kernel) pool instead: the ranges of all tokens are cut into about
-                ``num_splits * total_q`` pieces of one size (at least ``min_chunk``), so long
-                and short ranges cost their length, not an equal share of programs.
+    num_splits: 1 = no split; else the KV ranges of all tiles are cut into pieces of one size
+                (a multiple of ``block_n``, at least ``min_chunk``), one program each, so long
+                and short ranges cost their length, not an equal share of programs: at most
+                ``num_splits * total_q`` pieces for 1-token tiles (Triton kernel, pooled), at
+                most ``num_splits`` per tile of the global tiling for larger tiles (a schedule
+                kernel writes the pieces, ``plan.split_slots``).
     min_chunk:  a multiple of ``block_n``; only used when ``num_splits > 1``.
     num_warps, num_stages: Triton launch knobs (the gluon kernel has its own: two warpgroups,
                 two KV stages).
@@ -195,11 +195,9 @@ def choose_config(
       positions as queries again), the KV is split, no piece shorter than
       ``DEFAULT_MIN_CHUNK``: 1-token tiles pool their ranges into whole waves of pieces of one
       size (``num_splits * total_q`` programs, ``_pooled_splits``; 3 stages where they fit),
-      larger tiles, when they leave SMs idle, cut every tile's range over about two waves of
-      programs (``num_splits`` per tile: 0-17% over the best count on the random batches of
-      1-4 new tokens, where one wave is up to 46% over it, and 8% over one wave on a uniform
-      decode batch); the split count is bounded so the fp32 partial outputs stay under
-      ``PARTIAL_BYTES_CAP``.
+      larger tiles, when they leave SMs idle, cut the ranges of all tiles into about two waves
+      of pieces of one size (``num_splits`` per tile); the split count is bounded so the fp32
+      partial outputs stay under ``PARTIAL_BYTES_CAP``.
     """
     if total_q <= 0:
         raise ValueError(f"choose_config: total_q must be > 0, got {total_q}")

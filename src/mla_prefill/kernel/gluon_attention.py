@@ -39,6 +39,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from .attention import REC_FIELDS  # a scheduled split's record per program
+
 HALF = gl.constexpr(256)  # output columns per warpgroup; ckv is stored as two halves
 NUM_STAGES = gl.constexpr(2)  # gathered KV blocks in shared memory
 LOADER_WARPS = gl.constexpr(4)  # the loader partition: one warpgroup
@@ -58,20 +60,51 @@ ROW_O = gl.constexpr(gl.SliceLayout(1, O_LAYOUT))
 
 
 @gluon.jit
-def _tile_tokens(total_q, BLOCK_T: gl.constexpr):
-    """This program's query tokens [tok0, tok_end): longest causal range first."""
-    tok0 = (gl.cdiv(total_q, BLOCK_T) - 1 - gl.program_id(0)) * BLOCK_T
-    return tok0, gl.minimum(tok0 + BLOCK_T, total_q)
+def _tile_tokens(table_ptr, total_q, BLOCK_T: gl.constexpr, SCHEDULED: gl.constexpr):
+    """This program's query tokens [tok0, tok_end): its record's in a scheduled split (a tile of
+    one sequence, see ``attention._split_schedule_kernel``), else the global tiling's, longest
+    causal range first."""
+    if SCHEDULED:
+        rec = table_ptr + 2 * total_q + gl.program_id(0) * REC_FIELDS
+        tok0 = gl.load(rec)
+        tok_end = gl.load(rec + 1)
+    else:
+        tok0 = (gl.cdiv(total_q, BLOCK_T) - 1 - gl.program_id(0)) * BLOCK_T
+        tok_end = gl.minimum(tok0 + BLOCK_T, total_q)
+    return tok0, tok_end
 
 
 @gluon.jit
-def _first_seq(qo_indptr_ptr, kv_indptr_ptr, tok0, batch):
-    """The tile's first sequence b (largest b with qo_indptr[b] <= tok0) and its q / kv bounds.
+def _out_base(tok0, stride_s, stride_t, SCHEDULED: gl.constexpr):
+    """Offset of this program's partial rows: a scheduled split's piece q holds the rows of its
+    tile's tokens from ``q * stride_s`` (token tok0 at row 0); 0 without a split."""
+    if SCHEDULED:
+        base = gl.program_id(0).to(gl.int64) * stride_s - tok0.to(gl.int64) * stride_t
+    else:
+        base = tok0.to(gl.int64) * 0
+    return base
+
+
+@gluon.jit
+def _first_seq(qo_indptr_ptr, kv_indptr_ptr, table_ptr, tok0, total_q, batch,
+               SCHEDULED: gl.constexpr):  # fmt: skip
+    """The tile's first sequence b (largest b with qo_indptr[b] <= tok0), its q / kv bounds and
+    the KV piece [lo, hi) of a scheduled split (its record's; the sequence's index b is then
+    unused and 0, and the tile ends within the sequence).
 
     Up to SCAN - 1 sequences this is one round trip: both indptr arrays are read whole, side by
     side, and searched in registers; beyond that, a binary search (a chain of dependent loads).
     """
-    if batch < SCAN:
+    if SCHEDULED:
+        rec = table_ptr + 2 * total_q + gl.program_id(0) * REC_FIELDS
+        b = tok0 * 0
+        q_start = gl.load(rec + 2)
+        q_end = gl.load(rec + 3)
+        kv_start = gl.load(rec + 4)
+        kv_end = gl.load(rec + 5)
+        lo = gl.load(rec + 6)
+        hi = gl.load(rec + 7)
+    elif batch < SCAN:
         idx = gl.arange(0, SCAN, layout=SCAN_L)
         qo = gl.load(qo_indptr_ptr + idx, mask=idx <= batch, other=0)
         kv = gl.load(kv_indptr_ptr + idx, mask=idx <= batch, other=0)
@@ -94,7 +127,10 @@ def _first_seq(qo_indptr_ptr, kv_indptr_ptr, tok0, batch):
         q_end = gl.load(qo_indptr_ptr + b + 1)
         kv_start = gl.load(kv_indptr_ptr + b)
         kv_end = gl.load(kv_indptr_ptr + b + 1)
-    return b, q_start, q_end, kv_start, kv_end
+    if not SCHEDULED:
+        lo = b * 0
+        hi = b * 0
+    return b, q_start, q_end, kv_start, kv_end, lo, hi
 
 
 @gluon.jit
@@ -108,61 +144,53 @@ def _next_seq(qo_indptr_ptr, kv_indptr_ptr, b, q_end, kv_end, batch):
 
 
 @gluon.jit
-def _seq_range(b, q_start, q_end, kv_start, kv_end, tok_end, BLOCK_N: gl.constexpr,
-               MIN_CHUNK: gl.constexpr):  # fmt: skip
-    """KV positions [lo, hi) of sequence b that this program's rows of it see (its split's share),
-    the number of BLOCK_N blocks and the sequence's prefix length."""
+def _seq_range(q_start, q_end, kv_start, kv_end, tok_end, rec_lo, rec_hi, BLOCK_N: gl.constexpr,
+               SCHEDULED: gl.constexpr):  # fmt: skip
+    """KV positions [lo, hi) of the sequence that this program's rows of it see (a scheduled
+    split's piece: the record's), the number of BLOCK_N blocks and the sequence's prefix."""
     kv_len = kv_end - kv_start
     prefix = kv_len - (q_end - q_start)
-    i_last = gl.minimum(tok_end, q_end) - 1 - q_start
-    kv_hi = gl.maximum(gl.minimum(kv_len, prefix + i_last + 1), 0)
-    if MIN_CHUNK > 0:
-        split = gl.program_id(1)
-        num_splits = gl.num_programs(1)
-        chunk = gl.maximum(gl.cdiv(gl.cdiv(kv_hi, num_splits), BLOCK_N) * BLOCK_N, MIN_CHUNK)
-        lo = gl.minimum(split * chunk, kv_hi)
-        hi = gl.minimum(lo + chunk, kv_hi)
+    if SCHEDULED:
+        lo = rec_lo
+        hi = rec_hi
     else:
-        lo = kv_hi * 0
-        hi = kv_hi
+        i_last = gl.minimum(tok_end, q_end) - 1 - q_start
+        hi = gl.maximum(gl.minimum(kv_len, prefix + i_last + 1), 0)
+        lo = hi * 0
     return lo, hi, gl.cdiv(hi - lo, BLOCK_N), prefix
 
 
 @gluon.jit
-def _store_rows(out_ptr, o, l_i, row_tok, offs_m, offs_d, q_start, q_end, stride_o_s,
-                stride_o_t, stride_o_h, NUM_HEADS: gl.constexpr, MIN_CHUNK: gl.constexpr):  # fmt: skip
+def _store_rows(out_ptr, o, l_i, row_tok, offs_m, offs_d, q_start, q_end, o_base,
+                stride_o_t, stride_o_h, NUM_HEADS: gl.constexpr, SCHEDULED: gl.constexpr):  # fmt: skip
     """Normalise and store this warpgroup's output columns of the rows of one sequence. Split
     launches leave rows that saw no key unwritten (the combine reads their lse of -inf)."""
     seen = l_i > 0.0
     o = o * (1.0 / gl.where(seen, l_i, 1.0))[:, None]  # one division per row
     in_seq = (row_tok >= q_start) & (row_tok < q_end)
-    rows = (
-        gl.program_id(1) * stride_o_s
-        + row_tok.to(gl.int64) * stride_o_t
-        + (offs_m % NUM_HEADS) * stride_o_h
-    )
-    keep = (in_seq & seen) if MIN_CHUNK > 0 else in_seq
+    rows = o_base + row_tok.to(gl.int64) * stride_o_t + (offs_m % NUM_HEADS) * stride_o_h
+    keep = (in_seq & seen) if SCHEDULED else in_seq
     gl.store(out_ptr + rows[:, None] + offs_d[None, :], o.to(out_ptr.dtype.element_ty),
              mask=keep[:, None])  # fmt: skip
 
 
 @gluon.jit
 def _store_range(buf, staged, out_ptr, o, l_i, tok0, row_tok, offs_m, offs_d, q_start, q_end,
-                 col0, stride_o_s, stride_o_t, stride_o_h, NUM_HEADS: gl.constexpr,
-                 MIN_CHUNK: gl.constexpr):  # fmt: skip
+                 col0, o_base, stride_o_t, stride_o_h, NUM_HEADS: gl.constexpr,
+                 SCHEDULED: gl.constexpr):  # fmt: skip
     """Store one range's output columns [col0, col0 + 256) of this warpgroup: through ``buf`` when
     ``staged`` (the tile's last range, ``buf`` free by then) in a launch without split, otherwise
     straight from the MMA layout (split partials are fp32)."""
-    if MIN_CHUNK == 0:
+    if SCHEDULED:
+        _store_rows(out_ptr, o, l_i, row_tok, offs_m, offs_d, q_start, q_end, o_base,
+                    stride_o_t, stride_o_h, NUM_HEADS, SCHEDULED)  # fmt: skip
+    else:
         if staged:
             _store_rows_staged(buf, out_ptr, o, l_i, tok0, q_start, q_end, col0, stride_o_t,
                                stride_o_h, NUM_HEADS)  # fmt: skip
         else:
-            _store_rows(out_ptr, o, l_i, row_tok, offs_m, offs_d, q_start, q_end, stride_o_s,
-                        stride_o_t, stride_o_h, NUM_HEADS, MIN_CHUNK)  # fmt: skip
-    else:
-        _store_rows(out_ptr, o, l_i, row_tok, offs_m, offs_d, q_start, q_end, stride_o_s,
-                    stride_o_t, stride_o_h, NUM_HEADS, MIN_CHUNK)  # fmt: skip
+            _store_rows(out_ptr, o, l_i, row_tok, offs_m, offs_d, q_start, q_end, o_base,
+                        stride_o_t, stride_o_h, NUM_HEADS, SCHEDULED)  # fmt: skip
 
 
 @gluon.jit
@@ -234,12 +262,12 @@ def _pv_lo(acc, g, kv_lo, pe_bufs, alpha_s, p_ready):
 def _loader_partition(
     seqs, cache, out, smem, bars,
     NUM_HEADS: gl.constexpr, HEAD_KPE: gl.constexpr, BLOCK_T: gl.constexpr,
-    BLOCK_N: gl.constexpr, MIN_CHUNK: gl.constexpr, OFFS32: gl.constexpr,
+    BLOCK_N: gl.constexpr, SCHEDULED: gl.constexpr, OFFS32: gl.constexpr,
 ):  # fmt: skip
-    """``seqs``: (qo_indptr, kv_indptr, total_q, batch); ``cache``: (ckv, kpe, kv_indices,
-    ckv and kpe page strides); ``out``: (output, its split, token and head strides); ``smem``
-    and ``bars``: the kernel's shared buffers and barriers (``_mla_prefill_ws_kernel``)."""
-    qo_indptr_ptr, kv_indptr_ptr, total_q, batch = seqs
+    """``seqs``: (qo_indptr, kv_indptr, work table, total_q, batch); ``cache``: (ckv, kpe,
+    kv_indices, ckv and kpe page strides); ``out``: (output, its piece, token and head strides);
+    ``smem`` and ``bars``: the kernel's shared buffers and barriers (``_mla_prefill_ws_kernel``)."""
+    qo_indptr_ptr, kv_indptr_ptr, table_ptr, total_q, batch = seqs
     ckv_ptr, kpe_ptr, kv_indices_ptr, stride_ckv_p, stride_kpe_p = cache
     out_ptr, stride_o_s, stride_o_t, stride_o_h = out
     q_lo, q_hi, q_pe, kv_lo, kv_hi, pe_bufs, alpha_s, l_s = smem
@@ -248,14 +276,17 @@ def _loader_partition(
     offs_m = gl.arange(0, BLOCK_M, layout=ROW_O)
     offs_d = gl.arange(0, HALF, layout=gl.SliceLayout(0, O_LAYOUT))
 
-    tok0, tok_end = _tile_tokens(total_q, BLOCK_T)
-    b, q_start, q_end, kv_start, kv_end = _first_seq(qo_indptr_ptr, kv_indptr_ptr, tok0, batch)
+    tok0, tok_end = _tile_tokens(table_ptr, total_q, BLOCK_T, SCHEDULED)
+    b, q_start, q_end, kv_start, kv_end, rec_lo, rec_hi = _first_seq(
+        qo_indptr_ptr, kv_indptr_ptr, table_ptr, tok0, total_q, batch, SCHEDULED
+    )
+    o_base = _out_base(tok0, stride_o_s, stride_o_t, SCHEDULED)
     row_tok = tok0 + offs_m // NUM_HEADS
     it = tok0 * 0  # KV blocks of this program so far: stage and phase bookkeeping
     nfin = tok0 * 0  # sequences with a non-empty range so far: phase of `fin`
     while (q_start < tok_end) & (b < batch):
         lo, hi, n, prefix = _seq_range(
-            b, q_start, q_end, kv_start, kv_end, tok_end, BLOCK_N, MIN_CHUNK
+            q_start, q_end, kv_start, kv_end, tok_end, rec_lo, rec_hi, BLOCK_N, SCHEDULED
         )
         idx_ptr = kv_indices_ptr + kv_start
         acc = gl.zeros([BLOCK_M, HALF], gl.float32, layout=O_LAYOUT)
@@ -281,8 +312,8 @@ def _loader_partition(
         # the tile's last range: the softmax warpgroup has done every Q K^T (`fin`), so its half
         # of Q can stage the store (a range without keys did not wait: Q may still be landing)
         _store_range(q_hi, (n > 0) & (q_end >= tok_end), out_ptr, acc, l_i, tok0, row_tok,
-                     offs_m, offs_d, q_start, q_end, 0, stride_o_s, stride_o_t, stride_o_h,
-                     NUM_HEADS, MIN_CHUNK)  # fmt: skip
+                     offs_m, offs_d, q_start, q_end, 0, o_base, stride_o_t, stride_o_h,
+                     NUM_HEADS, SCHEDULED)  # fmt: skip
         b, q_start, q_end, kv_start, kv_end = _next_seq(
             qo_indptr_ptr, kv_indptr_ptr, b, q_end, kv_end, batch
         )
@@ -339,12 +370,12 @@ def _publish_p(p, alpha, g, pe_bufs, alpha_s, p_ready):
 def _softmax_partition(
     seqs, queries, out, lse_out, qk_scale, smem, bars,
     NUM_HEADS: gl.constexpr, HEAD_KPE: gl.constexpr, BLOCK_T: gl.constexpr,
-    BLOCK_N: gl.constexpr, MIN_CHUNK: gl.constexpr,
+    BLOCK_N: gl.constexpr, SCHEDULED: gl.constexpr,
 ):  # fmt: skip
-    """``seqs``: (qo_indptr, kv_indptr, total_q, batch); ``queries``: (q_nope, q_pe, their token
+    """``seqs``: (qo_indptr, kv_indptr, work table, total_q, batch); ``queries``: (q_nope, q_pe, their token
     and head strides); ``out``/``lse_out``: each destination with its split, token and head
     strides; ``smem`` and ``bars``: as the loader's."""
-    qo_indptr_ptr, kv_indptr_ptr, total_q, batch = seqs
+    qo_indptr_ptr, kv_indptr_ptr, table_ptr, total_q, batch = seqs
     q_nope_ptr, q_pe_ptr, stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h = queries
     out_ptr, stride_o_s, stride_o_t, stride_o_h = out
     lse_ptr, stride_l_s, stride_l_t, stride_l_h = lse_out
@@ -357,7 +388,7 @@ def _softmax_partition(
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=2)
 
-    tok0, tok_end = _tile_tokens(total_q, BLOCK_T)
+    tok0, tok_end = _tile_tokens(table_ptr, total_q, BLOCK_T, SCHEDULED)
 
     # Q into shared memory once (cp.async; rows past total_q read as zeros), in flight during the
     # search for the tile's first sequence
@@ -381,7 +412,11 @@ def _softmax_partition(
         q_pe, q_pe_ptr + pe_row[:, None] + pe_cols[None, :], mask=pe_ok[:, None]
     )
     async_copy.commit_group()
-    b, q_start, q_end, kv_start, kv_end = _first_seq(qo_indptr_ptr, kv_indptr_ptr, tok0, batch)
+    b, q_start, q_end, kv_start, kv_end, rec_lo, rec_hi = _first_seq(
+        qo_indptr_ptr, kv_indptr_ptr, table_ptr, tok0, total_q, batch, SCHEDULED
+    )
+    o_base = _out_base(tok0, stride_o_s, stride_o_t, SCHEDULED)
+    l_base = _out_base(tok0, stride_l_s, stride_l_t, SCHEDULED)
     async_copy.wait_group(0)
     fence_async_shared()
     gl.thread_barrier()
@@ -395,7 +430,7 @@ def _softmax_partition(
     it = tok0 * 0
     while (q_start < tok_end) & (b < batch):
         lo, hi, n, prefix = _seq_range(
-            b, q_start, q_end, kv_start, kv_end, tok_end, BLOCK_N, MIN_CHUNK
+            q_start, q_end, kv_start, kv_end, tok_end, rec_lo, rec_hi, BLOCK_N, SCHEDULED
         )
         in_seq = (row_tok >= q_start) & (row_tok < q_end)
         causal_lim = gl.where(in_seq, prefix + (row_tok - q_start), -1)
@@ -433,15 +468,12 @@ def _softmax_partition(
         l_o = gl.convert_layout(l_i, ROW_O)
         # the tile's last range: every Q K^T is done, so Q's shared memory is free
         _store_range(q_lo, q_end >= tok_end, out_ptr, acc, l_o, tok0, row_tok_o, offs_mo, offs_d,
-                     q_start, q_end, HALF, stride_o_s, stride_o_t, stride_o_h, NUM_HEADS,
-                     MIN_CHUNK)  # fmt: skip
+                     q_start, q_end, HALF, o_base, stride_o_t, stride_o_h, NUM_HEADS,
+                     SCHEDULED)  # fmt: skip
         seen = l_i > 0.0
         lse = gl.where(seen, m_i + gl.log2(gl.where(seen, l_i, 1.0)), float("-inf"))
         l_ptrs = (
-            lse_ptr
-            + gl.program_id(1) * stride_l_s
-            + row_tok.to(gl.int64) * stride_l_t
-            + (offs_m % NUM_HEADS) * stride_l_h
+            lse_ptr + l_base + row_tok.to(gl.int64) * stride_l_t + (offs_m % NUM_HEADS) * stride_l_h
         )
         gl.store(l_ptrs, lse, mask=in_seq)
         b, q_start, q_end, kv_start, kv_end = _next_seq(
@@ -452,12 +484,12 @@ def _softmax_partition(
 @gluon.jit
 def _mla_prefill_ws_kernel(
     q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, qo_indptr_ptr, kv_indptr_ptr, kv_indices_ptr,
-    out_ptr, lse_ptr,
+    out_ptr, lse_ptr, table_ptr,
     stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, stride_ckv_p, stride_kpe_p,
     stride_o_s, stride_o_t, stride_o_h, stride_l_s, stride_l_t, stride_l_h,
     total_q, batch, qk_scale,
     NUM_HEADS: gl.constexpr, HEAD_CKV: gl.constexpr, HEAD_KPE: gl.constexpr,
-    BLOCK_T: gl.constexpr, BLOCK_N: gl.constexpr, MIN_CHUNK: gl.constexpr, OFFS32: gl.constexpr,
+    BLOCK_T: gl.constexpr, BLOCK_N: gl.constexpr, SCHEDULED: gl.constexpr, OFFS32: gl.constexpr,
 ):  # fmt: skip
     """Same arguments and contract as ``attention._mla_prefill_kernel``; launch with num_warps=4
     (the softmax warpgroup); the loader warpgroup is the worker partition."""
@@ -491,7 +523,7 @@ def _mla_prefill_ws_kernel(
 
     smem = (q_lo, q_hi, q_pe, kv_lo, kv_hi, pe_bufs, alpha_s, l_s)
     bars = (ready, empty, p_ready, fin)
-    seqs = (qo_indptr_ptr, kv_indptr_ptr, total_q, batch)
+    seqs = (qo_indptr_ptr, kv_indptr_ptr, table_ptr, total_q, batch)
     out = (out_ptr, stride_o_s, stride_o_t, stride_o_h)
     queries = (q_nope_ptr, q_pe_ptr, stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h)
     lse_out = (lse_ptr, stride_l_s, stride_l_t, stride_l_h)
@@ -499,9 +531,9 @@ def _mla_prefill_ws_kernel(
     gl.warp_specialize(
         [
             (_softmax_partition, (seqs, queries, out, lse_out, qk_scale, smem, bars,
-                                  NUM_HEADS, HEAD_KPE, BLOCK_T, BLOCK_N, MIN_CHUNK)),
+                                  NUM_HEADS, HEAD_KPE, BLOCK_T, BLOCK_N, SCHEDULED)),
             (_loader_partition, (seqs, cache, out, smem, bars,
-                                 NUM_HEADS, HEAD_KPE, BLOCK_T, BLOCK_N, MIN_CHUNK, OFFS32)),
+                                 NUM_HEADS, HEAD_KPE, BLOCK_T, BLOCK_N, SCHEDULED, OFFS32)),
         ],
         [LOADER_WARPS],
         [256],  # registers per loader thread

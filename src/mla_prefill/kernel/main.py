@@ -16,10 +16,11 @@ from .attention import (
     _combine_kernel,
     _mla_pooled_split_kernel,
     _mla_prefill_kernel,
+    _split_schedule_kernel,
     is_interpreter,
 )
 from .bound import Pointer, bind, call_bound, current_stream, layout_key
-from .config import MAX_POOLED_TOKENS, KernelConfig, choose_config
+from .config import MAX_SPLIT_TOKENS, KernelConfig, choose_config
 from .launch import launch
 from .plan import (
     ARG_LSE,
@@ -216,7 +217,7 @@ def _kernel(name: str):
 
         return _mla_prefill_ws_kernel
     return {"tile": _mla_prefill_kernel, "pooled": _mla_pooled_split_kernel,
-            "combine": _combine_kernel}[name]  # fmt: skip
+            "schedule": _split_schedule_kernel, "combine": _combine_kernel}[name]  # fmt: skip
 
 
 def carve_partials(plan: LaunchPlan, buf: torch.Tensor) -> dict:
@@ -272,10 +273,10 @@ def config_problems(
         bad.append(f"the gluon kernel needs a Hopper GPU (sm_90), this one is {here.arch}")
     elif config.kernel == "gluon" and not gluon_available():
         bad.append(f"the gluon kernel needs Triton 3.6's Gluon API, found {triton.__version__}")
-    if config.pooled and total_q > MAX_POOLED_TOKENS:
+    if config.split and total_q > MAX_SPLIT_TOKENS:
         bad.append(
-            f"a split of 1-token tiles pools at most {MAX_POOLED_TOKENS} tokens, got total_q "
-            f"{total_q}: use block_t >= 2 or num_splits 1"
+            f"a KV split sizes the ranges of at most {MAX_SPLIT_TOKENS} tokens, got total_q "
+            f"{total_q}: use num_splits 1"
         )
     return bad
 

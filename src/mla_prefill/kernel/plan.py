@@ -22,6 +22,9 @@ TENSOR_SLOTS = (
 ARG_OUT, ARG_LSE = "output", "lse"
 ARG_PART_O, ARG_PART_LSE, ARG_TABLE = "part_o", "part_lse", "table"
 ARG_SCALE = "scale_log2"  # sm_scale * log2(e): the kernels' softmax works in base 2
+REC_FIELDS = 8  # int32 per program in a scheduled split's work table (attention.REC_FIELDS)
+MAX_SLOTS = 2048  # programs of a scheduled split: its schedule holds them in one vector
+SCHEDULE_WARPS = 8
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,8 @@ class Launch:
 class LaunchPlan:
     """Every launch of one call, in order, and the fp32 split partials they share: normalised
     outputs ``[*partials, 16, 512]``, base-2 lse ``[*partials, 16]`` and an int32 ``[table]``
-    (``partials == ()``: no split)."""
+    (``partials == ()``: no split). A split's table holds, per token, its first partial row and
+    its piece count, then a scheduled split's records (``REC_FIELDS`` per program)."""
 
     config: KernelConfig
     partials: Tuple[int, ...]
@@ -77,23 +81,29 @@ def pow2_at_least(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
-def _combine(total_q, num_splits, pooled, pdl, out_strides, lse_strides) -> Launch:
-    """Merge the split partials into ``output``/``lse``: one (token, head) row per program.
-
-    Per-tile splits read all of a row's splits in one load (``BLOCK_S >= num_splits``); pooled
-    pieces (any count per token) go 16 at a time. ``BLOCK_S * BLOCK_D <= 8192`` fp32: 64 per
-    thread of 4 warps.
-    """
-    block_s = 16 if pooled else pow2_at_least(num_splits)
+def _combine(total_q, rows, pdl, out_strides, lse_strides) -> Launch:
+    """Merge the split partials into ``output``/``lse``: one (token, head) row per program, its
+    pieces 16 at a time (``BLOCK_S * BLOCK_D = 8192`` fp32: 64 per thread of 4 warps). ``rows``:
+    partial rows per piece (the split's tile, in tokens)."""
+    block_s = 16
     block_d = min(HEAD_DIM_CKV, 8192 // block_s)
     return Launch(
         "combine", (total_q * NUM_QO_HEADS, HEAD_DIM_CKV // block_d),
-        (ARG_PART_O, ARG_PART_LSE, ARG_TABLE if pooled else ARG_PART_LSE, ARG_OUT, ARG_LSE,
-         num_splits, total_q, *out_strides, *lse_strides),
+        (ARG_PART_O, ARG_PART_LSE, ARG_TABLE, ARG_OUT, ARG_LSE, total_q, *out_strides,
+         *lse_strides),
         (("NUM_HEADS", NUM_QO_HEADS), ("HEAD_CKV", HEAD_DIM_CKV), ("BLOCK_D", block_d),
-         ("BLOCK_S", block_s), ("POOLED", pooled), ("USE_PDL", pdl)),
+         ("BLOCK_S", block_s), ("ROWS", rows), ("USE_PDL", pdl)),
         (("num_warps", 4), ("launch_pdl", pdl)),
     )  # fmt: skip
+
+
+def split_slots(config: KernelConfig, total_q: int, batch: int) -> int:
+    """Programs of a scheduled split (tiles of ``block_t > 1``): ``num_splits`` per global tile,
+    and at least one per tile of the schedule's (tiles follow the sequences: at most
+    ``min(total_q, num_tiles + batch)``), so every tile has a piece; at most ``MAX_SLOTS``."""
+    num_tiles = -(-total_q // config.block_t)
+    tiles_bound = min(total_q, num_tiles + batch)
+    return max(min(config.num_splits * num_tiles, MAX_SLOTS), tiles_bound)
 
 
 def plan_launches(
@@ -111,6 +121,7 @@ def plan_launches(
     pdl = capability >= 90
     heads = (("NUM_HEADS", NUM_QO_HEADS), ("HEAD_CKV", HEAD_DIM_CKV), ("HEAD_KPE", HEAD_DIM_KPE))
     stages = (("num_warps", config.num_warps), ("num_stages", config.num_stages))
+    block_tq = max(16, pow2_at_least(T))
     if config.pooled:
         # 1-token tiles pool their KV ranges and cut the pool into pieces of one size, one
         # program each: at most num_splits * total_q pieces (the kernel sizes them to fit)
@@ -120,28 +131,39 @@ def plan_launches(
             (*TENSOR_SLOTS, ARG_PART_O, ARG_PART_LSE, ARG_TABLE, *qs, T, s.batch, ARG_SCALE,
              num_pieces),
             (*heads, ("BLOCK_N", config.block_n), ("MIN_CHUNK", config.min_chunk),
-             ("BLOCK_TQ", max(16, pow2_at_least(T))), ("OFFS32", offs32), ("GUESS32", guess32),
+             ("BLOCK_TQ", block_tq), ("OFFS32", offs32), ("GUESS32", guess32),
              ("INTERPRET", interpret), ("USE_PDL", pdl)),
             stages,
         )  # fmt: skip
-        combine = _combine(T, 0, True, pdl, s.out_strides, s.lse_strides)
+        combine = _combine(T, 1, pdl, s.out_strides, s.lse_strides)
         return LaunchPlan(config, (slots,), 2 * T, (pooled, combine))
-    split = config.split
-    if split:
-        # partials [num_splits, total_q, 16, 512] and [num_splits, total_q, 16], contiguous
-        dst = (ARG_PART_O, ARG_PART_LSE)
-        o_strides = (T * NUM_QO_HEADS * HEAD_DIM_CKV, NUM_QO_HEADS * HEAD_DIM_CKV, HEAD_DIM_CKV)
-        l_strides = (T * NUM_QO_HEADS, NUM_QO_HEADS, 1)
+    bt = config.block_t
+    if config.split:
+        # the schedule's work table, then one program per piece: partials [slots, block_t, 16,
+        # 512] and [slots, block_t, 16], a piece's rows from its tile's first token
+        slots = split_slots(config, T, s.batch)
+        schedule = Launch(
+            "schedule", (1,),
+            ("qo_indptr", "kv_indptr", ARG_TABLE, T, s.batch, slots),
+            (("BLOCK_T", bt), ("BLOCK_N", config.block_n), ("MIN_CHUNK", config.min_chunk),
+             ("BLOCK_TQ", block_tq), ("BLOCK_SL", max(16, pow2_at_least(slots))),
+             ("GUESS32", guess32)),
+            (("num_warps", SCHEDULE_WARPS),),
+        )  # fmt: skip
+        dst = (ARG_PART_O, ARG_PART_LSE, ARG_TABLE)
+        o_strides = (bt * NUM_QO_HEADS * HEAD_DIM_CKV, NUM_QO_HEADS * HEAD_DIM_CKV, HEAD_DIM_CKV)
+        l_strides = (bt * NUM_QO_HEADS, NUM_QO_HEADS, 1)
+        grid = (slots,)
     else:
-        dst = (ARG_OUT, ARG_LSE)
+        dst = (ARG_OUT, ARG_LSE, "qo_indptr")  # (the table's pointer is not read)
         o_strides = (0, *s.out_strides)
         l_strides = (0, *s.lse_strides)
+        grid = (-(-T // bt),)
     args = (*TENSOR_SLOTS, *dst, *qs, *o_strides, *l_strides, T, s.batch, ARG_SCALE)
     consts = (
-        *heads, ("BLOCK_T", config.block_t), ("BLOCK_N", config.block_n),
-        ("MIN_CHUNK", config.min_chunk if split else 0), ("OFFS32", offs32),
+        *heads, ("BLOCK_T", bt), ("BLOCK_N", config.block_n), ("SCHEDULED", config.split),
+        ("OFFS32", offs32),
     )  # fmt: skip
-    grid = (-(-T // config.block_t), config.num_splits)
     if config.kernel == "gluon":
         main = Launch("gluon", grid, args, consts, (("num_warps", 4),))
     else:
@@ -149,10 +171,10 @@ def plan_launches(
             "tile", grid, (*args, s.num_kv),
             (*consts, ("GUESS32", guess32), ("INTERPRET", interpret)), stages,
         )  # fmt: skip
-    if not split:
+    if not config.split:
         return LaunchPlan(config, (), 0, (main,))
-    combine = _combine(T, config.num_splits, False, pdl, s.out_strides, s.lse_strides)
-    return LaunchPlan(config, (config.num_splits, T), 0, (main, combine))
+    combine = _combine(T, bt, pdl, s.out_strides, s.lse_strides)
+    return LaunchPlan(config, (slots, bt), 2 * T + REC_FIELDS * slots, (schedule, main, combine))
 
 
 def partial_elements(plan: LaunchPlan) -> Optional[Tuple[int, int, int]]:
