@@ -11,7 +11,7 @@ from .targets import DEFAULT_TARGET, Target
 from .validate import HEAD_DIM_CKV, HEAD_DIM_KPE, NUM_QO_HEADS
 
 PARTIAL_BYTES_CAP = 256 << 20  # fp32 partial outputs of a split launch stay under this
-MAX_SPLITS = 64  # the combine reads every per-tile split of a row in one load
+MAX_SPLITS = 64  # pieces per token (1-token tiles) or per tile of the global tiling
 MAX_SPLIT_TOKENS = 1024  # a KV split sizes every token's range in one vector per program
 KERNELS = ("triton", "gluon")  # gluon: warp-specialised Hopper kernel for 64-row tiles
 DEFAULT_MIN_CHUNK = 128  # KV positions: below this a split costs more (partial write) than it saves
@@ -19,7 +19,8 @@ DEFAULT_MIN_CHUNK = 128  # KV positions: below this a split costs more (partial 
 
 def pools_ranges(block_t: int, kernel: str) -> bool:
     """Whether a KV split of these tiles pools the ranges of all tokens into equal pieces
-    (``_mla_pooled_split_kernel``): 1-token tiles of the Triton kernel. Other tiles split per tile."""
+    (``_mla_pooled_split_kernel``): 1-token tiles of the Triton kernel. Larger tiles split on a
+    schedule (``_split_schedule_kernel``)."""
     return block_t == 1 and kernel == "triton"
 
 
@@ -154,7 +155,7 @@ def _pooled_splits(total_q: int, num_sms: int, range_len: float) -> int:
 
 
 # rows (total_q x average KV range) past which 1-token tiles of a prefix-dominated batch gather
-# more than 4-token tiles split per tile (where the Gluon kernel runs); a quarter of it where
+# more than 4-token tiles split on a schedule (where the Gluon kernel runs); a quarter of it where
 # sequences average >= 4 new tokens, whose 4-token tiles share each row among their tokens
 HEAVY_GATHER_ROWS = 1 << 18
 
@@ -245,7 +246,7 @@ def choose_config(
     if num_tiles < num_sms and long_prefix:
         # pooled pieces (1-token tiles, Triton kernel) are all alike: whole waves of them, with
         # the gathers double-buffered where 3 stages fit (ed999c80: 23.5 us against 25.4 at 2
-        # stages, 26.6 at two waves of 128-key pieces). Per-tile splits: about two waves
+        # stages, 26.6 at two waves of 128-key pieces). Scheduled pieces: about two waves
         pooled = pools_ranges(block_t, kernel)
         if (
             pooled
