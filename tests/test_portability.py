@@ -91,3 +91,39 @@ def test_what_fails_a_launch_and_what_only_warns():
     over_estimate = dict(row, shared_bytes=150)
     assert problems_of(over_estimate) == []
     assert warnings_of(over_estimate) == ["shared 150 > the chooser's estimate 120"]
+
+
+PINNED_SPLIT = r"""
+import json, sys
+import mla_prefill.kernel.config as config
+from mla_prefill.kernel.config import KernelConfig
+from mla_prefill.kernel.targets import target_named
+from mla_prefill.portability import Shape, run
+
+# no default plan splits 2-token Triton tiles on a schedule; a pinned config (tests, sweeps) does
+pinned = KernelConfig(2, 32, 3, 32, 8, 2)
+config.choose_config = lambda *a, **k: pinned
+rows = run([target_named(t) for t in ("h200", "b200")], [Shape("pinned", 40, 3, 4000)], False, 1)
+print(json.dumps(rows))
+"""
+
+
+def test_a_pinned_scheduled_triton_split_compiles():
+    """Every kernel of a scheduled split of Triton tiles compiles for sm_90 and sm_100 without
+    spills: the path no default plan takes, so ``portability`` over the plans never compiles it,
+    and the interpreter runs code that does not compile (it checks no types)."""
+    r = subprocess.run([sys.executable, "-c", PINNED_SPLIT], capture_output=True, text=True,
+                       env=_env(), timeout=900)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = json.loads(r.stdout.strip().splitlines()[-1])
+    kernels = {(row["target"], row["kernel"].split(":")[1]) for row in rows}
+    for t in ("h200", "b200"):
+        assert {
+            (t, "_split_schedule_kernel"),
+            (t, "_mla_prefill_kernel"),
+            (t, "_combine_kernel"),
+        } <= kernels
+    for row in rows:
+        assert not row["problems"] and row["spills"] == 0, row
+        if row["kernel"].endswith("_mla_prefill_kernel"):
+            assert row["constants"]["SCHEDULED"] is True
