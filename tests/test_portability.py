@@ -94,7 +94,7 @@ def test_what_fails_a_launch_and_what_only_warns():
 
 
 PINNED_SPLIT = r"""
-import json, sys
+import json
 import mla_prefill.kernel.config as config
 from mla_prefill.kernel.config import KernelConfig
 from mla_prefill.kernel.targets import target_named
