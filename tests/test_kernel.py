@@ -184,6 +184,9 @@ SCHEDULED_CASES = {
     "two_token_tiles": ([(3, 180), (1, 17), (5, 600), (2, 2)], 2, 4),
     # 7 programs: pieces of sum / 7 take 9; bisected to fit
     "tails_over_budget": ([(1, 300), (1, 300), (1, 300), (1, 50)], 4, 2),
+    # tiles whose range is one piece write the output themselves (the combine skips them),
+    # beside a range cut into 7 pieces and a sequence without keys (no piece)
+    "single_and_cut_pieces": ([(4, 20), (2, 900), (4, 0), (3, 10)], 4, 3),
 }
 
 
@@ -421,10 +424,13 @@ def test_choose_config_from_shapes_only():
     # 90 tokens: three waves of quarters (one of whole ranges or two of halves take longer)
     assert choose_config(90, 90, 90 * 10_000, H200, gluon_api=False).num_splits == 4
     assert choose_config(120, 120, 120 * 1000, H200).pooled  # light: 1-token tiles, pooled
-    # heavy and prefix-dominated, where the Gluon kernel runs: 4-token tiles split per tile over
-    # about two waves (a range is read once per tile, not once per token)
+    # heavy and prefix-dominated, where the Gluon kernel runs: 4-token tiles split per tile in
+    # one wave (a range is read once per tile, not once per token)
     heavy = choose_config(64, 64, 64 * 16_700, H200)
-    assert (heavy.kernel, heavy.block_t, heavy.num_splits) == ("gluon", 4, 17) and not heavy.pooled
+    assert (heavy.kernel, heavy.block_t, heavy.num_splits) == ("gluon", 4, 8) and not heavy.pooled
+    # one wave where 2 pieces per tile fit in one (31 tiles: 124 programs, not 155), else 2
+    assert choose_config(122, 51, 51 * 3000, H200).num_splits == 4
+    assert choose_config(400, 1, 4000, H200).num_splits == 2
     assert choose_config(132, 53, 560_071, H200).kernel == "gluon"
     assert choose_config(101, 6, 5117, H200).kernel == "gluon"  # >= 4 new tokens per sequence
     assert choose_config(18, 10, 74_716, H200).pooled  # light: 18 x 7.5K rows, 1.8 per sequence

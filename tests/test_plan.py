@@ -28,11 +28,12 @@ def test_one_tile_launch_writes_the_output_with_its_strides():
     (launch,) = plan.launches
     assert launch.kernel == "gluon" and launch.grid == (512,)
     assert plan.partials == () and partial_elements(plan) is None
-    # destinations (and the unread table pointer), then q/pe/cache strides, then (piece, token,
-    # head) strides of out and lse
+    # destinations (and the unread table pointer), the output again (a split's tiles of one
+    # piece write there), then q/pe/cache strides, (piece, token, head) strides of out and lse,
+    # and (token, head) strides of the output and lse
     i = launch.args.index("output")
-    assert launch.args[i : i + 2] == ("output", "lse")
-    assert launch.args[i + 9 : i + 15] == (0, 16 * 1024, 1024, 0, 16, 1)
+    assert launch.args[i : i + 5] == ("output", "lse", "qo_indptr", "output", "lse")
+    assert launch.args[i + 11 : i + 21] == (0, 16 * 1024, 1024, 0, 16, 1, 16 * 1024, 1024, 16, 1)
     assert dict(launch.consts)["SCHEDULED"] is False
 
 
@@ -49,10 +50,13 @@ def test_scheduled_split_plans_a_schedule_partials_and_a_combine():
     assert plan.partials == (slots, 4) and plan.table == 2 * 400 + REC_FIELDS * slots
     assert main.grid == (slots,) and "part_o" in main.args and dict(main.consts)["SCHEDULED"]
     i = main.args.index("part_o")
-    assert main.args[i : i + 3] == ("part_o", "part_lse", "table")
-    assert main.args[i + 9 : i + 15] == (4 * 16 * 512, 16 * 512, 512, 4 * 16, 16, 1)
+    assert main.args[i : i + 5] == ("part_o", "part_lse", "table", "output", "lse")
+    assert main.args[i + 11 : i + 21] == (
+        4 * 16 * 512, 16 * 512, 512, 4 * 16, 16, 1, 16 * 512, 512, 16, 1,
+    )  # fmt: skip
     assert combine.kernel == "combine" and combine.grid[0] == 400 * 16
-    assert dict(combine.consts)["ROWS"] == 4
+    # a tile of one piece wrote its tokens' output: the combine skips them
+    assert dict(combine.consts)["ROWS"] == 4 and dict(combine.consts)["DIRECT"] is True
     assert dict(combine.options)["launch_pdl"] is True  # sm_90: programmatic dependent launch
 
 
@@ -73,7 +77,7 @@ def test_pooled_split_of_a_decode_batch():
     assert pooled.kernel == "pooled" and pooled.grid == (slots,) and plan.table == 44
     assert partial_elements(plan) == (slots * 16 * 512, slots * 16, 44)
     assert dict(pooled.consts)["OFFS32"] is True
-    assert dict(combine.consts)["ROWS"] == 1
+    assert dict(combine.consts)["ROWS"] == 1 and dict(combine.consts)["DIRECT"] is False
 
 
 def test_64bit_offsets_and_no_pdl_without_a_gpu():

@@ -31,7 +31,8 @@ Design (FlashAttention-2 style online softmax, Dao 2023, in base 2 as in Triton'
   the pieces itself); larger tiles take their pieces from a work table that
   ``_split_schedule_kernel`` writes first (tiles follow the sequences; ``_mla_prefill_kernel``
   with ``SCHEDULED``). ``_combine_kernel`` merges the normalised partial outputs by their
-  base-2 lse. On sm_90+ it is a programmatic dependent launch of the split kernel, so its launch
+  base-2 lse; a scheduled tile whose range is one piece writes the output itself and the combine
+  skips its tokens. On sm_90+ it is a programmatic dependent launch of the split kernel, so its launch
   overlaps the split's end (ed999c80: 23.6 -> 22.3 us, measured 2026-12-03; docs/design.md).
 """
 
@@ -264,6 +265,8 @@ def _mla_prefill_kernel(
     out_ptr,
     lse_ptr,
     table_ptr,
+    dst_o_ptr,
+    dst_lse_ptr,
     stride_qn_t,
     stride_qn_h,
     stride_qp_t,
@@ -276,6 +279,10 @@ def _mla_prefill_kernel(
     stride_l_s,
     stride_l_t,
     stride_l_h,
+    stride_do_t,
+    stride_do_h,
+    stride_dl_t,
+    stride_dl_h,
     total_q,
     batch,
     qk_scale,
@@ -301,7 +308,8 @@ def _mla_prefill_kernel(
     tl.static_assert(BLOCK_T > 1 or not SCHEDULED, "1-token tiles are split by the pooled kernel")
     if SCHEDULED:
         # one tile of one sequence and a piece [lo, hi) of its KV (_split_schedule_kernel);
-        # partial rows from slot * BLOCK_T (o_base)
+        # partial rows from slot * BLOCK_T (o_base), or, when the piece is the tile's whole
+        # range, the rows of dst_o / dst_lse (the destinations themselves)
         rec = table_ptr + 2 * total_q + tl.program_id(0) * REC_FIELDS
         tok0 = tl.load(rec)
         tok_end = tl.load(rec + 1)
@@ -416,20 +424,25 @@ def _mla_prefill_kernel(
         l_div = tl.where(seen, l_i, 1.0)
         o = acc * (1.0 / l_div)[:, None]  # one division per row, not per element
         lse = tl.where(seen, m_i + tl.math.log2(l_div), float("-inf"))
-        o_ptrs = (
-            out_ptr
-            + o_base
-            + row_tok64[:, None] * stride_o_t
-            + row_head[:, None] * stride_o_h
-            + offs_ckv[None, :]
-        )
+        o_rows = row_tok64[:, None] * stride_o_t + row_head[:, None] * stride_o_h
+        o_ptrs = out_ptr + o_base + o_rows + offs_ckv[None, :]
+        l_ptrs = lse_ptr + l_base + row_tok64 * stride_l_t + row_head * stride_l_h
         if SCHEDULED:
-            # a piece a row sees no key of writes only lse = -inf; the combine never reads it
-            tl.store(o_ptrs, o.to(out_ptr.dtype.element_ty), mask=(in_seq & seen)[:, None])
+            if (lo == 0) & (hi == kv_hi):
+                # the tile's only piece (the combine skips its tokens): straight to the output
+                d_rows = row_tok64[:, None] * stride_do_t + row_head[:, None] * stride_do_h
+                d_ptrs = dst_o_ptr + d_rows + offs_ckv[None, :]
+                tl.store(d_ptrs, o.to(dst_o_ptr.dtype.element_ty), mask=in_seq[:, None])
+                d_lse = dst_lse_ptr + row_tok64 * stride_dl_t + row_head * stride_dl_h
+                tl.store(d_lse, lse, mask=in_seq)
+            else:
+                # a piece a row sees no key of writes only lse = -inf; the combine never reads
+                # its output
+                tl.store(o_ptrs, o.to(out_ptr.dtype.element_ty), mask=(in_seq & seen)[:, None])
+                tl.store(l_ptrs, lse, mask=in_seq)
         else:
             tl.store(o_ptrs, o.to(out_ptr.dtype.element_ty), mask=in_seq[:, None])
-        l_ptrs = lse_ptr + l_base + row_tok64 * stride_l_t + row_head * stride_l_h
-        tl.store(l_ptrs, lse, mask=in_seq)
+            tl.store(l_ptrs, lse, mask=in_seq)
 
         b += 1
         q_start = q_end
@@ -640,45 +653,14 @@ def _merge_slots(
 
 
 @triton.jit
-def _combine_kernel(
-    part_o_ptr,
-    part_lse_ptr,
-    table_ptr,
-    out_ptr,
-    lse_ptr,
-    total_q,
-    stride_o_t,
-    stride_o_h,
-    stride_l_t,
-    stride_l_h,
-    NUM_HEADS: tl.constexpr,
-    HEAD_CKV: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_S: tl.constexpr,
-    ROWS: tl.constexpr,  # partial rows (of 16 heads) per piece: the split's tile, in tokens
-    USE_PDL: tl.constexpr,  # launched as a programmatic dependent of the split kernel
-):
-    """Merge the normalised partial outputs of one (token, head) row by their base-2 lse.
-
-    Partials are ``[row, head, HEAD_CKV]`` (fp32) and ``[row, head]``; token t's pieces are at
-    rows ``table[t] + k * ROWS`` for ``k < table[total_q + t]`` (the pooled kernel's table:
-    ``ROWS`` 1; a scheduled split's: its tile). ``BLOCK_S`` pieces at a time, merged online.
-
-    Program (row, D block), per block of pieces: one load of their lse, then one load of the
-    outputs of the pieces that saw a key (with the table's, three dependent memory round
-    trips). ``[BLOCK_S, BLOCK_D]`` with ``BLOCK_D = 8192 / BLOCK_S`` (capped at 512): a thread
-    holds all pieces of its 4 columns, so the merge is a sum in registers (no shuffles, no
-    barriers).
-    """
-    if USE_PDL:
-        gdc_wait()  # the split kernel has finished and its partials are visible
-    row = tl.program_id(0).to(tl.int64)
-    tok = row // NUM_HEADS
-    head = row % NUM_HEADS
-    offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+def _combine_row(
+    part_o_ptr, part_lse_ptr, out_ptr, lse_ptr, first, n, tok, head, offs_d,
+    stride_o_t, stride_o_h, stride_l_t, stride_l_h,
+    NUM_HEADS: tl.constexpr, HEAD_CKV: tl.constexpr, BLOCK_S: tl.constexpr, ROWS: tl.constexpr,
+):  # fmt: skip
+    """Merge the ``n`` pieces of one (token, head) row from partial row ``first`` and store the
+    row's output columns ``offs_d`` (and its lse from the first column block)."""
     offs_s = tl.arange(0, BLOCK_S)
-    first = tl.load(table_ptr + tok).to(tl.int64)
-    n = tl.load(table_ptr + total_q + tok)
     # the first block straight-line (every load of it in flight at once; in a loop, ptxas issues
     # them a few slots at a time), later ones online
     acc, den, m_i = _merge_slots(
@@ -699,3 +681,60 @@ def _combine_kernel(
     if tl.program_id(1) == 0:
         lse = tl.where(seen, m_i + tl.math.log2(den_div), float("-inf"))
         tl.store(lse_ptr + tok * stride_l_t + head * stride_l_h, lse)
+
+
+@triton.jit
+def _combine_kernel(
+    part_o_ptr,
+    part_lse_ptr,
+    table_ptr,
+    out_ptr,
+    lse_ptr,
+    total_q,
+    stride_o_t,
+    stride_o_h,
+    stride_l_t,
+    stride_l_h,
+    NUM_HEADS: tl.constexpr,
+    HEAD_CKV: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    ROWS: tl.constexpr,  # partial rows (of 16 heads) per piece: the split's tile, in tokens
+    DIRECT: tl.constexpr,  # a scheduled split: a token of one piece was written by its piece
+    USE_PDL: tl.constexpr,  # launched as a programmatic dependent of the split kernel
+):
+    """Merge the normalised partial outputs of one (token, head) row by their base-2 lse.
+
+    Partials are ``[row, head, HEAD_CKV]`` (fp32) and ``[row, head]``; token t's pieces are at
+    rows ``table[t] + k * ROWS`` for ``k < table[total_q + t]`` (the pooled kernel's table:
+    ``ROWS`` 1; a scheduled split's: its tile). ``BLOCK_S`` pieces at a time, merged online.
+    With ``DIRECT``, a token whose tile took one piece is left alone: that piece stored the
+    final output and lse (``_mla_prefill_kernel``); a token of no piece (no key) gets 0 and -inf.
+
+    Program (row, D block), per block of pieces: one load of their lse, then one load of the
+    outputs of the pieces that saw a key (with the table's, three dependent memory round
+    trips). ``[BLOCK_S, BLOCK_D]`` with ``BLOCK_D = 8192 / BLOCK_S`` (capped at 512): a thread
+    holds all pieces of its 4 columns, so the merge is a sum in registers (no shuffles, no
+    barriers).
+    """
+    if USE_PDL:
+        gdc_wait()  # the split kernel has finished and its partials are visible
+    row = tl.program_id(0).to(tl.int64)
+    tok = row // NUM_HEADS
+    head = row % NUM_HEADS
+    offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    first = tl.load(table_ptr + tok).to(tl.int64)
+    n = tl.load(table_ptr + total_q + tok)
+    if DIRECT:
+        if n != 1:
+            _combine_row(
+                part_o_ptr, part_lse_ptr, out_ptr, lse_ptr, first, n, tok, head, offs_d,
+                stride_o_t, stride_o_h, stride_l_t, stride_l_h,
+                NUM_HEADS, HEAD_CKV, BLOCK_S, ROWS,
+            )  # fmt: skip
+    else:
+        _combine_row(
+            part_o_ptr, part_lse_ptr, out_ptr, lse_ptr, first, n, tok, head, offs_d,
+            stride_o_t, stride_o_h, stride_l_t, stride_l_h,
+            NUM_HEADS, HEAD_CKV, BLOCK_S, ROWS,
+        )  # fmt: skip

@@ -196,9 +196,10 @@ def choose_config(
       positions as queries again), the KV is split, no piece shorter than
       ``DEFAULT_MIN_CHUNK``: 1-token tiles pool their ranges into whole waves of pieces of one
       size (``num_splits * total_q`` programs, ``_pooled_splits``; 3 stages where they fit),
-      larger tiles, when they leave SMs idle, cut the ranges of all tiles into about two waves
-      of pieces of one size (``num_splits`` per tile); the split count is bounded so the fp32
-      partial outputs stay under ``PARTIAL_BYTES_CAP``.
+      larger tiles, when they leave SMs idle, cut the ranges of all tiles into pieces of one
+      size, ``num_sms // num_tiles`` per tile (at least 2): one wave where 2 per tile fit in one
+      (``docs/design.md``); the split count is bounded so the fp32 partial outputs stay under
+      ``PARTIAL_BYTES_CAP``.
     """
     if total_q <= 0:
         raise ValueError(f"choose_config: total_q must be > 0, got {total_q}")
@@ -246,7 +247,7 @@ def choose_config(
     if num_tiles < num_sms and long_prefix:
         # pooled pieces (1-token tiles, Triton kernel) are all alike: whole waves of them, with
         # the gathers double-buffered where 3 stages fit (ed999c80: 23.5 us against 25.4 at 2
-        # stages, 26.6 at two waves of 128-key pieces). Scheduled pieces: about two waves
+        # stages, 26.6 at two waves of 128-key pieces). Scheduled pieces: one wave
         pooled = pools_ranges(block_t, kernel)
         if (
             pooled
@@ -257,7 +258,9 @@ def choose_config(
         if pooled:
             num_splits = _pooled_splits(num_tiles, num_sms, avg_kv)
         else:
-            num_splits = -(-2 * num_sms // num_tiles)
+            # one wave of scheduled pieces, never a partial second one where one wave can hold
+            # them all (tiles of one piece then write their output without the combine)
+            num_splits = max(2, num_sms // num_tiles)
         num_splits = min(num_splits, -(-num_kv_indices // DEFAULT_MIN_CHUNK))
         max_splits = max(1, PARTIAL_BYTES_CAP // (total_q * NUM_QO_HEADS * HEAD_DIM_CKV * 4))
         num_splits = max(1, min(num_splits, max_splits, MAX_SPLITS))

@@ -22,8 +22,9 @@ has completed; the loader's own ``P V`` of a stage completes before it refills t
 
 Output: the tile's last range (every tile has one) leaves through shared memory: each warpgroup
 writes its normalised half as bf16 into its half of Q (free once the tile's last ``Q K^T`` is
-done) and stores whole rows from there in 16-byte pieces; earlier ranges of a multi-sequence tile
-and split launches (fp32 partials) store straight from the MMA layout (``_store_range``).
+done) and stores whole rows from there in 16-byte pieces; earlier ranges of a multi-sequence tile,
+split launches (fp32 partials) and a scheduled piece that is its tile's whole range (bf16, into
+the output: the combine skips its tokens) store straight from the MMA layout (``_store_range``).
 
 Semantics, tiling over tokens and sequences, the split of long KV ranges and the output contract
 are those of ``attention._mla_prefill_kernel`` (same arguments); see its docstring.
@@ -147,17 +148,22 @@ def _next_seq(qo_indptr_ptr, kv_indptr_ptr, b, q_end, kv_end, batch):
 def _seq_range(q_start, q_end, kv_start, kv_end, tok_end, rec_lo, rec_hi, BLOCK_N: gl.constexpr,
                SCHEDULED: gl.constexpr):  # fmt: skip
     """KV positions [lo, hi) of the sequence that this program's rows of it see (a scheduled
-    split's piece: the record's), the number of BLOCK_N blocks and the sequence's prefix."""
+    split's piece: the record's), the number of BLOCK_N blocks, the sequence's prefix and whether
+    the range is all the rows see (a scheduled piece that is its tile's whole range: its output
+    is final)."""
     kv_len = kv_end - kv_start
     prefix = kv_len - (q_end - q_start)
+    i_last = gl.minimum(tok_end, q_end) - 1 - q_start
+    kv_hi = gl.maximum(gl.minimum(kv_len, prefix + i_last + 1), 0)
     if SCHEDULED:
         lo = rec_lo
         hi = rec_hi
+        final = (lo == 0) & (hi == kv_hi)
     else:
-        i_last = gl.minimum(tok_end, q_end) - 1 - q_start
-        hi = gl.maximum(gl.minimum(kv_len, prefix + i_last + 1), 0)
+        hi = kv_hi
         lo = hi * 0
-    return lo, hi, gl.cdiv(hi - lo, BLOCK_N), prefix
+        final = hi == hi
+    return lo, hi, gl.cdiv(hi - lo, BLOCK_N), prefix, final
 
 
 @gluon.jit
@@ -175,15 +181,21 @@ def _store_rows(out_ptr, o, l_i, row_tok, offs_m, offs_d, q_start, q_end, o_base
 
 
 @gluon.jit
-def _store_range(buf, staged, out_ptr, o, l_i, tok0, row_tok, offs_m, offs_d, q_start, q_end,
-                 col0, o_base, stride_o_t, stride_o_h, NUM_HEADS: gl.constexpr,
-                 SCHEDULED: gl.constexpr):  # fmt: skip
-    """Store one range's output columns [col0, col0 + 256) of this warpgroup: through ``buf`` when
-    ``staged`` (the tile's last range, ``buf`` free by then) in a launch without split, otherwise
-    straight from the MMA layout (split partials are fp32)."""
+def _store_range(buf, staged, out, final, o, l_i, tok0, row_tok, offs_m, offs_d, q_start, q_end,
+                 col0, o_base, NUM_HEADS: gl.constexpr, SCHEDULED: gl.constexpr):  # fmt: skip
+    """Store one range's output columns [col0, col0 + 256) of this warpgroup (``out``: see
+    ``_loader_partition``): through ``buf`` when ``staged`` (the tile's last range, ``buf`` free
+    by then) in a launch without split, otherwise straight from the MMA layout: split partials
+    (fp32), and a scheduled piece that is its tile's whole range (``final``) into the output
+    (staged, that path spilled 48 B)."""
+    out_ptr, stride_o_s, stride_o_t, stride_o_h, dst_ptr, stride_do_t, stride_do_h = out
     if SCHEDULED:
-        _store_rows(out_ptr, o, l_i, row_tok, offs_m, offs_d, q_start, q_end, o_base,
-                    stride_o_t, stride_o_h, NUM_HEADS, SCHEDULED)  # fmt: skip
+        if final:
+            _store_rows(dst_ptr, o, l_i, row_tok, offs_m, offs_d, q_start, q_end, o_base * 0,
+                        stride_do_t, stride_do_h, NUM_HEADS, False)  # fmt: skip
+        else:
+            _store_rows(out_ptr, o, l_i, row_tok, offs_m, offs_d, q_start, q_end, o_base,
+                        stride_o_t, stride_o_h, NUM_HEADS, SCHEDULED)  # fmt: skip
     else:
         if staged:
             _store_rows_staged(buf, out_ptr, o, l_i, tok0, q_start, q_end, col0, stride_o_t,
@@ -265,11 +277,13 @@ def _loader_partition(
     BLOCK_N: gl.constexpr, SCHEDULED: gl.constexpr, OFFS32: gl.constexpr,
 ):  # fmt: skip
     """``seqs``: (qo_indptr, kv_indptr, work table, total_q, batch); ``cache``: (ckv, kpe,
-    kv_indices, ckv and kpe page strides); ``out``: (output, its piece, token and head strides);
-    ``smem`` and ``bars``: the kernel's shared buffers and barriers (``_mla_prefill_ws_kernel``)."""
+    kv_indices, ckv and kpe page strides); ``out``: (output or split partials, their piece,
+    token and head strides, the output and its token and head strides); ``smem`` and ``bars``:
+    the kernel's shared buffers and barriers (``_mla_prefill_ws_kernel``)."""
     qo_indptr_ptr, kv_indptr_ptr, table_ptr, total_q, batch = seqs
     ckv_ptr, kpe_ptr, kv_indices_ptr, stride_ckv_p, stride_kpe_p = cache
-    out_ptr, stride_o_s, stride_o_t, stride_o_h = out
+    stride_o_s = out[1]
+    stride_o_t = out[2]
     q_lo, q_hi, q_pe, kv_lo, kv_hi, pe_bufs, alpha_s, l_s = smem
     ready, empty, p_ready, fin = bars
     BLOCK_M: gl.constexpr = BLOCK_T * NUM_HEADS
@@ -285,7 +299,7 @@ def _loader_partition(
     it = tok0 * 0  # KV blocks of this program so far: stage and phase bookkeeping
     nfin = tok0 * 0  # sequences with a non-empty range so far: phase of `fin`
     while (q_start < tok_end) & (b < batch):
-        lo, hi, n, prefix = _seq_range(
+        lo, hi, n, prefix, final = _seq_range(
             q_start, q_end, kv_start, kv_end, tok_end, rec_lo, rec_hi, BLOCK_N, SCHEDULED
         )
         idx_ptr = kv_indices_ptr + kv_start
@@ -311,9 +325,8 @@ def _loader_partition(
         it += n
         # the tile's last range: the softmax warpgroup has done every Q K^T (`fin`), so its half
         # of Q can stage the store (a range without keys did not wait: Q may still be landing)
-        _store_range(q_hi, (n > 0) & (q_end >= tok_end), out_ptr, acc, l_i, tok0, row_tok,
-                     offs_m, offs_d, q_start, q_end, 0, o_base, stride_o_t, stride_o_h,
-                     NUM_HEADS, SCHEDULED)  # fmt: skip
+        _store_range(q_hi, (n > 0) & (q_end >= tok_end), out, final, acc, l_i, tok0, row_tok,
+                     offs_m, offs_d, q_start, q_end, 0, o_base, NUM_HEADS, SCHEDULED)  # fmt: skip
         b, q_start, q_end, kv_start, kv_end = _next_seq(
             qo_indptr_ptr, kv_indptr_ptr, b, q_end, kv_end, batch
         )
@@ -377,8 +390,9 @@ def _softmax_partition(
     strides; ``smem`` and ``bars``: as the loader's."""
     qo_indptr_ptr, kv_indptr_ptr, table_ptr, total_q, batch = seqs
     q_nope_ptr, q_pe_ptr, stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h = queries
-    out_ptr, stride_o_s, stride_o_t, stride_o_h = out
-    lse_ptr, stride_l_s, stride_l_t, stride_l_h = lse_out
+    stride_o_s = out[1]
+    stride_o_t = out[2]
+    lse_ptr, stride_l_s, stride_l_t, stride_l_h, dst_lse_ptr, stride_dl_t, stride_dl_h = lse_out
     q_lo, q_hi, q_pe, kv_lo, kv_hi, pe_bufs, alpha_s, l_s = smem
     ready, empty, p_ready, fin = bars
     BLOCK_M: gl.constexpr = BLOCK_T * NUM_HEADS
@@ -429,7 +443,7 @@ def _softmax_partition(
 
     it = tok0 * 0
     while (q_start < tok_end) & (b < batch):
-        lo, hi, n, prefix = _seq_range(
+        lo, hi, n, prefix, final = _seq_range(
             q_start, q_end, kv_start, kv_end, tok_end, rec_lo, rec_hi, BLOCK_N, SCHEDULED
         )
         in_seq = (row_tok >= q_start) & (row_tok < q_end)
@@ -467,14 +481,16 @@ def _softmax_partition(
 
         l_o = gl.convert_layout(l_i, ROW_O)
         # the tile's last range: every Q K^T is done, so Q's shared memory is free
-        _store_range(q_lo, q_end >= tok_end, out_ptr, acc, l_o, tok0, row_tok_o, offs_mo, offs_d,
-                     q_start, q_end, HALF, o_base, stride_o_t, stride_o_h, NUM_HEADS,
-                     SCHEDULED)  # fmt: skip
+        _store_range(q_lo, q_end >= tok_end, out, final, acc, l_o, tok0, row_tok_o, offs_mo,
+                     offs_d, q_start, q_end, HALF, o_base, NUM_HEADS, SCHEDULED)  # fmt: skip
         seen = l_i > 0.0
         lse = gl.where(seen, m_i + gl.log2(gl.where(seen, l_i, 1.0)), float("-inf"))
-        l_ptrs = (
-            lse_ptr + l_base + row_tok.to(gl.int64) * stride_l_t + (offs_m % NUM_HEADS) * stride_l_h
-        )
+        row_tok64 = row_tok.to(gl.int64)
+        heads = offs_m % NUM_HEADS
+        l_ptrs = lse_ptr + l_base + row_tok64 * stride_l_t + heads * stride_l_h
+        if SCHEDULED:
+            if final:  # the tile's whole range: the output's lse (the combine skips the tile)
+                l_ptrs = dst_lse_ptr + row_tok64 * stride_dl_t + heads * stride_dl_h
         gl.store(l_ptrs, lse, mask=in_seq)
         b, q_start, q_end, kv_start, kv_end = _next_seq(
             qo_indptr_ptr, kv_indptr_ptr, b, q_end, kv_end, batch
@@ -484,9 +500,10 @@ def _softmax_partition(
 @gluon.jit
 def _mla_prefill_ws_kernel(
     q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, qo_indptr_ptr, kv_indptr_ptr, kv_indices_ptr,
-    out_ptr, lse_ptr, table_ptr,
+    out_ptr, lse_ptr, table_ptr, dst_o_ptr, dst_lse_ptr,
     stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, stride_ckv_p, stride_kpe_p,
     stride_o_s, stride_o_t, stride_o_h, stride_l_s, stride_l_t, stride_l_h,
+    stride_do_t, stride_do_h, stride_dl_t, stride_dl_h,
     total_q, batch, qk_scale,
     NUM_HEADS: gl.constexpr, HEAD_CKV: gl.constexpr, HEAD_KPE: gl.constexpr,
     BLOCK_T: gl.constexpr, BLOCK_N: gl.constexpr, SCHEDULED: gl.constexpr, OFFS32: gl.constexpr,
@@ -524,9 +541,9 @@ def _mla_prefill_ws_kernel(
     smem = (q_lo, q_hi, q_pe, kv_lo, kv_hi, pe_bufs, alpha_s, l_s)
     bars = (ready, empty, p_ready, fin)
     seqs = (qo_indptr_ptr, kv_indptr_ptr, table_ptr, total_q, batch)
-    out = (out_ptr, stride_o_s, stride_o_t, stride_o_h)
+    out = (out_ptr, stride_o_s, stride_o_t, stride_o_h, dst_o_ptr, stride_do_t, stride_do_h)
     queries = (q_nope_ptr, q_pe_ptr, stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h)
-    lse_out = (lse_ptr, stride_l_s, stride_l_t, stride_l_h)
+    lse_out = (lse_ptr, stride_l_s, stride_l_t, stride_l_h, dst_lse_ptr, stride_dl_t, stride_dl_h)
     cache = (ckv_ptr, kpe_ptr, kv_indices_ptr, stride_ckv_p, stride_kpe_p)
     gl.warp_specialize(
         [

@@ -81,10 +81,11 @@ def pow2_at_least(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
-def _combine(total_q, rows, pdl, out_strides, lse_strides) -> Launch:
+def _combine(total_q, rows, pdl, out_strides, lse_strides, direct) -> Launch:
     """Merge the split partials into ``output``/``lse``: one (token, head) row per program, its
     pieces 16 at a time (``BLOCK_S * BLOCK_D = 8192`` fp32: 64 per thread of 4 warps). ``rows``:
-    partial rows per piece (the split's tile, in tokens)."""
+    partial rows per piece (the split's tile, in tokens); ``direct``: a scheduled split, whose
+    tiles of one piece wrote their tokens' output themselves."""
     block_s = 16
     block_d = min(HEAD_DIM_CKV, 8192 // block_s)
     return Launch(
@@ -92,7 +93,7 @@ def _combine(total_q, rows, pdl, out_strides, lse_strides) -> Launch:
         (ARG_PART_O, ARG_PART_LSE, ARG_TABLE, ARG_OUT, ARG_LSE, total_q, *out_strides,
          *lse_strides),
         (("NUM_HEADS", NUM_QO_HEADS), ("HEAD_CKV", HEAD_DIM_CKV), ("BLOCK_D", block_d),
-         ("BLOCK_S", block_s), ("ROWS", rows), ("USE_PDL", pdl)),
+         ("BLOCK_S", block_s), ("ROWS", rows), ("DIRECT", direct), ("USE_PDL", pdl)),
         (("num_warps", 4), ("launch_pdl", pdl)),
     )  # fmt: skip
 
@@ -135,12 +136,13 @@ def plan_launches(
              ("INTERPRET", interpret), ("USE_PDL", pdl)),
             stages,
         )  # fmt: skip
-        combine = _combine(T, 1, pdl, s.out_strides, s.lse_strides)
+        combine = _combine(T, 1, pdl, s.out_strides, s.lse_strides, False)
         return LaunchPlan(config, (slots,), 2 * T, (pooled, combine))
     bt = config.block_t
     if config.split:
         # the schedule's work table, then one program per piece: partials [slots, block_t, 16,
-        # 512] and [slots, block_t, 16], a piece's rows from its tile's first token
+        # 512] and [slots, block_t, 16], a piece's rows from its tile's first token; a tile of
+        # one piece writes output and lse directly
         slots = split_slots(config, T, s.batch)
         schedule = Launch(
             "schedule", (1,),
@@ -159,7 +161,10 @@ def plan_launches(
         o_strides = (0, *s.out_strides)
         l_strides = (0, *s.lse_strides)
         grid = (-(-T // bt),)
-    args = (*TENSOR_SLOTS, *dst, *qs, *o_strides, *l_strides, T, s.batch, ARG_SCALE)
+    args = (
+        *TENSOR_SLOTS, *dst, ARG_OUT, ARG_LSE, *qs, *o_strides, *l_strides, *s.out_strides,
+        *s.lse_strides, T, s.batch, ARG_SCALE,
+    )  # fmt: skip
     consts = (
         *heads, ("BLOCK_T", bt), ("BLOCK_N", config.block_n), ("SCHEDULED", config.split),
         ("OFFS32", offs32),
@@ -173,7 +178,7 @@ def plan_launches(
         )  # fmt: skip
     if not config.split:
         return LaunchPlan(config, (), 0, (main,))
-    combine = _combine(T, bt, pdl, s.out_strides, s.lse_strides)
+    combine = _combine(T, bt, pdl, s.out_strides, s.lse_strides, True)
     return LaunchPlan(config, (slots, bt), 2 * T + REC_FIELDS * slots, (schedule, main, combine))
 
 
