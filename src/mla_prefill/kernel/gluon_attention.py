@@ -187,7 +187,7 @@ def _store_range(buf, staged, out, final, o, l_i, tok0, row_tok, offs_m, offs_d,
     ``_loader_partition``): through ``buf`` when ``staged`` (the tile's last range, ``buf`` free
     by then) in a launch without split, otherwise straight from the MMA layout: split partials
     (fp32), and a scheduled piece that is its tile's whole range (``final``) into the output
-    (staged, that path spilled 48 B)."""
+    (not staged: staging it too spilled 48 B)."""
     out_ptr, stride_o_s, stride_o_t, stride_o_h, dst_ptr, stride_do_t, stride_do_h = out
     if SCHEDULED:
         if final:
@@ -386,8 +386,9 @@ def _softmax_partition(
     BLOCK_N: gl.constexpr, SCHEDULED: gl.constexpr,
 ):  # fmt: skip
     """``seqs``: (qo_indptr, kv_indptr, work table, total_q, batch); ``queries``: (q_nope, q_pe, their token
-    and head strides); ``out``/``lse_out``: each destination with its split, token and head
-    strides; ``smem`` and ``bars``: as the loader's."""
+    and head strides); ``out``/``lse_out``: each destination (output or split partials) with its
+    piece, token and head strides, then the output itself with its token and head strides (a
+    scheduled tile of one piece writes there); ``smem`` and ``bars``: as the loader's."""
     qo_indptr_ptr, kv_indptr_ptr, table_ptr, total_q, batch = seqs
     q_nope_ptr, q_pe_ptr, stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h = queries
     stride_o_s = out[1]
