@@ -22,7 +22,8 @@ from mla_prefill.portability import Shape, run
 if not gluon_available():
     print(json.dumps(None))
 else:
-    shapes = [Shape("wide", 2048, 4, 2048), Shape("wide-split", 400, 1, 4000)]
+    shapes = [Shape("wide", 2048, 4, 2048), Shape("wide-split", 400, 1, 4000),
+              Shape("ordered", 3298, 24, 21882)]
     rows = run([target_named("h200")], shapes, True, 2)
     print(json.dumps([r for r in rows if r["kernel"].endswith(":_mla_prefill_ws_kernel")]))
 """
@@ -40,7 +41,7 @@ def gluon_rows():
     return {row["workload"]: row for row in rows}
 
 
-@pytest.mark.parametrize("shape", ["wide", "wide-split"])
+@pytest.mark.parametrize("shape", ["wide", "wide-split", "ordered"])
 def test_gluon_kernel_compiles_for_hopper_without_spills(gluon_rows, shape):
     row = gluon_rows[shape]
     assert row["capability"] == 90 and not row.get("error"), row
@@ -48,7 +49,8 @@ def test_gluon_kernel_compiles_for_hopper_without_spills(gluon_rows, shape):
     assert row["spills"] == 0 and 0 < row["registers"] <= 255, row
     assert row["ptx_counts"]["wgmma"] > 0, "no warpgroup MMA left"
     assert row["constants"]["SCHEDULED"] == (shape == "wide-split")
+    assert row["constants"]["RECORDS"] == (shape != "wide")
     # the output of a launch without split leaves through shared memory in 16-byte row pieces
     # (st.global.v4): the MMA layout's 4-byte stores cost 892d1b8f 17% (docs/design.md)
-    if shape == "wide":
+    if shape != "wide-split":
         assert row["ptx_counts"]["st_global_v4"] > 0, "the staged output store is gone"

@@ -251,6 +251,73 @@ def test_schedule_table(name, device):
     assert table.tolist() == schedule_model(lengths, block_t, 16, 16, num_slots)
 
 
+# tiles in work order (``_tile_order_kernel``): tiles follow the sequences, the longest
+# sequences' first; sequences of several tiles end in a partial tile, sequences without tokens
+# take no tile, tokens that see no key get 0 and -inf, programs past the last tile do nothing
+ORDERED_CASES = {
+    "unequal_prefixes": ([(2, 231), (3, 475), (1, 1432), (4, 2956), (2, 503), (1, 99)], 4),
+    "several_tiles_and_empty": ([(11, 300), (0, 0), (6, 6), (3, 0), (9, 40), (0, 5)], 4),
+    "one_token_sequences": ([(1, 700), (1, 3), (1, 90), (1, 1), (2, 2)], 4),
+    "two_token_tiles": ([(3, 180), (1, 17), (5, 600), (2, 2), (7, 7)], 2),
+    # more sequences than the sort's 16 lanes, equal KV lengths among them
+    "many_sequences_equal_lengths": ([(1 + b % 5, 40 + 30 * (b % 4)) for b in range(21)], 4),
+}
+
+
+def ordered_config(block_t, device):
+    """Tiles in work order: the Gluon kernel's where it runs, else the Triton kernel's with
+    16-key steps."""
+    cfg = scheduled_config(block_t, 2, device)
+    return dataclasses.replace(cfg, num_splits=1, ordered=True)
+
+
+@pytest.mark.parametrize("name", sorted(ORDERED_CASES))
+def test_ordered_tiles(name, device, reference):
+    lengths, block_t = ORDERED_CASES[name]
+    run_case(lengths, device, reference, seed=9, config=ordered_config(block_t, device))
+
+
+def order_model(lengths, block_t, block_n, slots):
+    """What ``_tile_order_kernel`` writes after the table's ``2 * total_q`` unused entries, in
+    Python: per slot (tok0, tok_end, q_start, q_end, kv_start, kv_end, 0, range end), the
+    sequences by descending KV blocks (ties: the later sequence first), each one's tiles from
+    its last back, then empty records."""
+    seqs, q0, k0 = [], 0, 0
+    for b, (q, k) in enumerate(lengths):
+        tiles_ = []
+        for t in range(q0, q0 + q, block_t):
+            end = min(t + block_t, q0 + q)
+            tiles_.append((t, end, q0, q0 + q, k0, k0 + k, 0, max(min(k, k - q + end - q0), 0)))
+        if tiles_:
+            seqs.append(((-(-k // block_n), b), tiles_[::-1]))
+        q0, k0 = q0 + q, k0 + k
+    recs = [t for _, tiles_ in sorted(seqs, reverse=True) for t in tiles_]
+    recs += [(q0, q0, q0, q0, 0, 0, 0, 0)] * (slots - len(recs))
+    return [x for r in recs for x in r]
+
+
+@pytest.mark.parametrize("name", sorted(ORDERED_CASES))
+def test_order_table(name, device):
+    """The order kernel's records against ``order_model``: every tile of every sequence once,
+    the longest sequences' first, then empty records up to the grid."""
+    lengths, block_t = ORDERED_CASES[name]
+    cfg = dataclasses.replace(tiles(block_t, 16), ordered=True)
+    inputs = make_batch_inputs(Batch(lengths, sum(k for _, k in lengths) + 1, 0), device)
+    batch, T = len(lengths), inputs["q_nope"].shape[0]
+    shape = main.CallShape.of(inputs["q_nope"], inputs["q_pe"], inputs["ckv_cache"],
+                              inputs["kpe_cache"], inputs["q_nope"], inputs["q_pe"][..., 0],
+                              batch, inputs["kv_indices"].shape[0])  # fmt: skip
+    plan = main.plan_launches(shape, cfg, 0, device != "cuda")
+    order, attend = plan.launches
+    assert order.kernel == "order" and attend.grid == (order.args[-1],)
+    assert dict(attend.consts)["RECORDS"] and not dict(attend.consts)["SCHEDULED"]
+    table = torch.full((plan.table,), -7, dtype=torch.int32, device=device)
+    slots = {"qo_indptr": inputs["qo_indptr"], "kv_indptr": inputs["kv_indptr"], "table": table}
+    args = tuple(slots[a] if isinstance(a, str) else a for a in order.args)
+    main._tile_order_kernel[order.grid](*args, **dict(order.consts))
+    assert table[2 * T :].tolist() == order_model(lengths, block_t, 16, order.args[-1])
+
+
 UNEQUAL_Q = (2, 3, 1, 4, 2, 4, 3, 1, 4, 4)
 UNEQUAL_KV = (2311, 4759, 14328, 29567, 5037, 9928, 3266, 2324, 32064, 2588)
 # heavy prefix-dominated batches on Hopper: the default plan gives them 4-token Gluon tiles on a
@@ -461,6 +528,19 @@ def test_choose_config_from_shapes_only():
     assert choose_config(376, 1, 381, H200).num_splits == 1
     assert choose_config(200, 1, 4000, H200, gluon_api=False).num_splits == 1  # 200 16-row tiles
     assert choose_config(400, 1, 4000, H200).num_splits > 1  # 100 64-row tiles, a long prefix
+    # past one wave of tiles, batches of several sequences over long prefixes start the longest
+    # tiles first; single sequences (last tile first already is) and causal batches do not
+    unequal = choose_config(946, 15, 15301, H200)
+    assert (unequal.kernel, unequal.num_splits, unequal.ordered) == ("gluon", 1, True)
+    assert choose_config(946, 15, 15301, B200).ordered  # 473 2-token tiles on 148 SMs
+    assert not choose_config(946, 1, 15301, H200).ordered
+    assert not choose_config(4097, 3, 11691, H200).ordered  # from 4 sequences
+    assert choose_config(4097, 4, 11691, H200).ordered
+    assert not choose_config(1954, 28, 2044, H200).ordered  # 892d1b8f: no prefix
+    assert not choose_config(400, 4, 4000, H200).ordered  # 100 tiles: split instead
+    assert choose_config(8000, 20, 200_000, H200).ordered  # 2,000 tiles + 20: 2,020 slots
+    assert not choose_config(8120, 20, 200_000, H200).ordered  # 2,050 slots: over 2,048
+    assert not choose_config(2000, 257, 200_000, H200).ordered  # the sort takes 256 sequences
     with pytest.raises(ValueError, match="total_q"):
         choose_config(0, 1, 1)
 
@@ -493,6 +573,7 @@ def test_heavy_prefix_rule_leaves_the_38_workloads_tiles(monkeypatch):
     assert len(shapes) == 38
     targets = [TARGETS[t] for t in sorted(TARGETS)]
     today = [choose_config(*s, t) for s in shapes for t in targets]
+    assert not any(c.ordered for c in today)  # no long prefix among them
     heavy = choose_config(64, 64, 64 * 16_700, H200)
     monkeypatch.setattr(config, "HEAVY_GATHER_ROWS", float("inf"))
     assert [choose_config(*s, t) for s in shapes for t in targets] == today
@@ -618,10 +699,11 @@ def test_fuzz_coverage_counts_each_split_path():
         dict(base, total_q=400, kernel="gluon", block_t=4, num_splits=3),  # per-tile, Gluon
         dict(base, total_q=400, kernel="triton", block_t=4, num_splits=3),  # per-tile, Triton
         dict(base, total_q=5, kernel="triton", block_t=1, num_splits=1),  # no split
+        dict(base, total_q=900, kernel="gluon", block_t=4, num_splits=1, ordered=True),
     ]
     cov = coverage(runs)
-    paths = ("kv_split_path", "gluon_kv_split_path", "pooled_kv_split_path")
-    assert [cov[k] for k in paths] == [3, 1, 1]
+    paths = ("kv_split_path", "gluon_kv_split_path", "pooled_kv_split_path", "ordered_tiles")
+    assert [cov[k] for k in paths] == [3, 1, 1, 1]
 
 
 def test_fuzz_resume_continues_the_same_batches(tmp_path, device):

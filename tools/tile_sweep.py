@@ -4,7 +4,8 @@ tile-choice rule in ``kernel/config.py`` is written from.
 Batches: the 60 of ``mla-prefill bench --random 60 --seed 7`` and its fixed decode batch, ten
 of the 38 workloads' length lists (random indices), and four uniform decode batches. For each,
 the candidates that apply to its shape: 1-token Triton tiles (64- and 32-key steps), 4-token
-Gluon tiles unsplit and, when the prefix dominates, split on a schedule over about 1, 2, 3, 4
+Gluon tiles unsplit (global tiling, and, for several sequences past one wave of tiles, tiles
+in work order), and, when the prefix dominates, split on a schedule over about 1, 2, 3, 4
 and 6 waves of programs (partials under 256 MB), and pooled 1-token pieces of 2, 4 and 8 per
 token. Each
 is timed as ``mla-prefill bench`` times GPU-side (cold L2, events, stream held, median of up to
@@ -38,7 +39,12 @@ from mla_prefill.bench import (
 from mla_prefill.blobs import LENGTHS_FILE
 from mla_prefill.fuzz import Batch, kernel_sha256, make_batch_inputs
 from mla_prefill.io import INPUTS, repo_root
-from mla_prefill.kernel.config import PARTIAL_BYTES_CAP, KernelConfig, choose_config
+from mla_prefill.kernel.config import (
+    MAX_ORDERED_TILES,
+    PARTIAL_BYTES_CAP,
+    KernelConfig,
+    choose_config,
+)
 from mla_prefill.kernel.targets import TARGETS
 from mla_prefill.kernel.validate import HEAD_DIM_CKV, NUM_QO_HEADS
 
@@ -70,6 +76,8 @@ def candidates(T: int, B: int, K: int):
         c += [KernelConfig(1, 64, 1, 128, 8, 2), KernelConfig(1, 32, 1, 128, 8, 3)]
     tiles = -(-T // 4)
     c.append(KernelConfig(4, 64, 1, 128, 4, 2, "gluon"))
+    if B > 1 and H200.num_sms <= tiles and tiles + B <= MAX_ORDERED_TILES:
+        c.append(KernelConfig(4, 64, 1, 128, 4, 2, "gluon", ordered=True))
     if K >= 2 * T:
         # scheduled splits: pieces of one size over about w waves of programs
         for w in (1, 2, 3, 4, 6):
@@ -86,7 +94,8 @@ def candidates(T: int, B: int, K: int):
 
 
 def name(c: KernelConfig) -> str:
-    return f"{c.kernel[0]}{c.block_t},{c.block_n},s{c.num_splits},w{c.num_warps},st{c.num_stages}"
+    order = ",ordered" if c.ordered else ""
+    return f"{c.kernel[0]}{c.block_t},{c.block_n},s{c.num_splits},w{c.num_warps},st{c.num_stages}{order}"
 
 
 def main(out_path: str, kinds: str = "") -> None:

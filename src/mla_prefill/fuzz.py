@@ -128,10 +128,11 @@ def _launch(batch: Batch, device: str, target: Optional[str] = None) -> dict:
 
     T = sum(q for q, _ in batch.lengths)
     if T == 0:
-        return {"kernel": "none", "num_splits": 0, "block_t": 0}
+        return {"kernel": "none", "num_splits": 0, "block_t": 0, "ordered": False}
     n_kv = sum(k for _, k in batch.lengths)
     cfg = default_config(T, len(batch.lengths), n_kv, torch.device(device), target=target)
-    return {"kernel": cfg.kernel, "num_splits": cfg.num_splits, "block_t": cfg.block_t}
+    return {"kernel": cfg.kernel, "num_splits": cfg.num_splits, "block_t": cfg.block_t,
+            "ordered": cfg.ordered}  # fmt: skip
 
 
 def coverage(results: List[dict]) -> dict:
@@ -153,6 +154,7 @@ def coverage(results: List[dict]) -> dict:
         "pooled_kv_split_path": sum(
             r["num_splits"] > 1 and pools_ranges(r.get("block_t"), r.get("kernel")) for r in results
         ),
+        "ordered_tiles": sum(bool(r.get("ordered")) for r in results),
         "total_q_ge_8k": sum(r["total_q"] >= 8192 for r in results),
         "last_page_used": len(results),  # every batch maps some position to page num_pages - 1
     }

@@ -81,6 +81,7 @@ def grid_shapes(seed: int = SEED) -> List[Shape]:
         Shape("wide", 2048, 4, 2048),
         Shape("wide-split", 400, 1, 4000),
         Shape("wide-split-64", 2000, 2, 200_000),
+        Shape("ordered-prefixes", 3298, 24, 21882),
         Shape("single-32k", 32768, 1, 32768),
         Shape("offsets-64bit", 512, 2, 1024, num_pages=5_000_000),
     ]
@@ -120,7 +121,7 @@ def plan(shape: Shape, target, gluon_api: bool) -> Tuple[object, List[dict]]:
         lse=torch.empty(T, H, dtype=torch.float32, **meta),
     )
     config = choose_config(T, B, N, target, gluon_api=gluon_api)
-    bad = config_problems(config, T, target, False)
+    bad = config_problems(config, T, B, target, False)
     if bad:
         raise ValueError(f"{shape.label} on {target.name}: {'; '.join(bad)}")
     call = CallShape.of(t["q_nope"], t["q_pe"], t["ckv_cache"], t["kpe_cache"], t["output"],

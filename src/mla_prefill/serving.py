@@ -138,7 +138,7 @@ class MLAPrefillPlan:
                 total_q, batch, num_kv, t, gluon_api=gluon_available() and not self.interpret
             )
         if config is not None:
-            bad = config_problems(config, total_q, self.here, self.interpret)
+            bad = config_problems(config, total_q, batch, self.here, self.interpret)
             if bad:
                 raise ValueError("config: " + "; ".join(bad))
         if (total_q, batch, num_kv, config) != (self.total_q, self.batch, self.num_kv, self.config):

@@ -293,6 +293,7 @@ def _mla_prefill_kernel(
     BLOCK_T: tl.constexpr,
     BLOCK_N: tl.constexpr,
     SCHEDULED: tl.constexpr,  # a split: program q attends the piece of record q (see below)
+    RECORDS: tl.constexpr,  # program q's tile is record q's (SCHEDULED, or tiles in work order)
     OFFS32: tl.constexpr,  # num_pages * page stride < 2**31 for both caches: 32-bit gather offsets
     GUESS32: tl.constexpr,  # total_q * batch < 2**31: the first-sequence guess in 32 bits
     INTERPRET: tl.constexpr,
@@ -305,11 +306,13 @@ def _mla_prefill_kernel(
     # steps), measured 0.3-1 us faster (2026-12-03)
     ONE_TOKEN: tl.constexpr = BLOCK_T == 1
     # a split of 1-token tiles pools the ranges of all tokens instead (_mla_pooled_split_kernel)
-    tl.static_assert(BLOCK_T > 1 or not SCHEDULED, "1-token tiles are split by the pooled kernel")
-    if SCHEDULED:
-        # one tile of one sequence and a piece [lo, hi) of its KV (_split_schedule_kernel);
-        # partial rows from slot * BLOCK_T (o_base), or, when the piece is the tile's whole
-        # range, the rows of dst_o / dst_lse (the destinations themselves)
+    tl.static_assert(BLOCK_T > 1 or not RECORDS, "1-token tiles are split by the pooled kernel")
+    tl.static_assert(RECORDS or not SCHEDULED, "a scheduled split reads its pieces' records")
+    if RECORDS:
+        # one tile of one sequence (_tile_order_kernel, _split_schedule_kernel) and, in a
+        # split, a piece [lo, hi) of its KV; a split's partial rows start at slot * BLOCK_T
+        # (o_base), or, when the piece is the tile's whole range, at the rows of dst_o /
+        # dst_lse (the destinations themselves)
         rec = table_ptr + 2 * total_q + tl.program_id(0) * REC_FIELDS
         tok0 = tl.load(rec)
         tok_end = tl.load(rec + 1)
@@ -319,11 +322,13 @@ def _mla_prefill_kernel(
         rec_k1 = tl.load(rec + 5)
         rec_lo = tl.load(rec + 6)
         rec_hi = tl.load(rec + 7)
-        o_base = tl.program_id(0).to(tl.int64) * stride_o_s - tok0.to(tl.int64) * stride_o_t
-        l_base = tl.program_id(0).to(tl.int64) * stride_l_s - tok0.to(tl.int64) * stride_l_t
     else:
         tok0 = (tl.cdiv(total_q, BLOCK_T) - 1 - tl.program_id(0)) * BLOCK_T  # longest range first
         tok_end = tl.minimum(tok0 + BLOCK_T, total_q)
+    if SCHEDULED:
+        o_base = tl.program_id(0).to(tl.int64) * stride_o_s - tok0.to(tl.int64) * stride_o_t
+        l_base = tl.program_id(0).to(tl.int64) * stride_l_s - tok0.to(tl.int64) * stride_l_t
+    else:
         o_base = 0
         l_base = 0
 
@@ -341,7 +346,7 @@ def _mla_prefill_kernel(
         spec_pages = tl.load(kv_indices_ptr + offs_n, mask=offs_n < num_kv_indices, other=0)
 
     # first sequence of this tile: the largest b in [0, batch) with qo_indptr[b] <= tok0
-    if SCHEDULED:
+    if RECORDS:
         guess, g_q0, g_q1, g_k0, g_k1 = tok0 * 0, rec_q0, rec_q1, rec_k0, rec_k1
     else:
         guess, g_q0, g_q1, g_k0, g_k1 = _guess_seq(
@@ -354,7 +359,7 @@ def _mla_prefill_kernel(
         q_nope_ptr, q_pe_ptr, row_tok64, row_head, row_ok,
         stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, HEAD_CKV, HEAD_KPE, INTERPRET,
     )  # fmt: skip
-    if SCHEDULED:
+    if RECORDS:
         b = guess  # the record's sequence; its tile ends within it, so the loop runs once
     else:
         b_lo, b_hi = _search_bounds(guess, g_q0, g_q1, tok0, batch)
@@ -620,6 +625,83 @@ def _split_schedule_kernel(
 
 
 @triton.jit
+def _tile_order_kernel(
+    qo_indptr_ptr,
+    kv_indptr_ptr,
+    table_ptr,
+    total_q,
+    batch,
+    num_slots,
+    BLOCK_T: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    LOG_B: tl.constexpr,  # 2 ** LOG_B >= batch
+    BLOCK_SL: tl.constexpr,  # >= num_slots
+):
+    """The tiles of a batch in work order (one program), one attention program (slot) each:
+    sequence b's queries in tiles of ``BLOCK_T`` tokens from its first (a tile is one
+    sequence's and sees KV ``[0, min(kv_len, prefix + i_last + 1))``), the sequences by
+    descending KV length (their longest tile's range), each sequence's tiles together, from its
+    last (longest range) back.
+
+    The hardware starts a grid's programs in order as SMs free up, so the longest tiles start
+    first and the last wave holds short ones; unequal batches (long and short sequences, long
+    prefixes) otherwise end on a wave of the longest. A sequence's tiles stay side by side, so
+    they read its KV rows while they are in L2 (a sort of all tiles by range measured 1.2x
+    slower, ``docs/rejected.md``). Only the sequences are sorted: ``BLOCK_B`` lanes.
+
+    Writes, at ``2 * total_q + REC_FIELDS * slot``, each slot's record (the fields of
+    ``_split_schedule_kernel``'s, ``[lo, hi)`` the tile's whole range); slots past the last tile
+    get an empty record (``tok0 = tok_end = q_start = total_q``).
+    """
+    BLOCK_B: tl.constexpr = 1 << LOG_B
+    seqs = tl.arange(0, BLOCK_B)
+    seq_ok = seqs < batch
+    q0 = tl.load(qo_indptr_ptr + seqs, mask=seq_ok, other=0)
+    q1 = tl.load(qo_indptr_ptr + seqs + 1, mask=seq_ok, other=0)
+    k0 = tl.load(kv_indptr_ptr + seqs, mask=seq_ok, other=0)
+    k1 = tl.load(kv_indptr_ptr + seqs + 1, mask=seq_ok, other=0)
+    ntiles = tl.where(seq_ok, tl.cdiv(tl.maximum(q1 - q0, 0), BLOCK_T), 0)
+    # descending (KV blocks + 1, sequence) in one int32; a sequence with tiles has a key >= 1
+    KEY_CAP: tl.constexpr = (1 << (30 - LOG_B)) - 1
+    blocks = tl.minimum(tl.cdiv(tl.maximum(k1 - k0, 0), BLOCK_N), KEY_CAP - 1)
+    key = tl.where(ntiles > 0, blocks + 1, 0)
+    seq_of = tl.sort((key << LOG_B) | seqs, descending=True) & (BLOCK_B - 1)  # rank -> sequence
+    n_r = tl.gather(ntiles, seq_of, 0)
+    ends = tl.cumsum(n_r, 0)
+    # per slot: its rank (the first whose tiles end past it), its sequence and its tile
+    slots = tl.arange(0, BLOCK_SL)
+    lo_r = tl.zeros([BLOCK_SL], dtype=tl.int32)
+    hi_r = tl.zeros([BLOCK_SL], dtype=tl.int32) + (BLOCK_B - 1)
+    while tl.max(hi_r - lo_r, 0) > 0:
+        mid = (lo_r + hi_r) // 2
+        past = tl.gather(ends, mid, 0) > slots
+        hi_r = tl.where(past, mid, hi_r)
+        lo_r = tl.where(past, lo_r, mid + 1)
+    used = (slots < tl.sum(ntiles, 0)) & (slots < num_slots)
+    b = tl.gather(seq_of, lo_r, 0)
+    s_q0 = tl.gather(q0, b, 0)
+    s_q1 = tl.gather(q1, b, 0)
+    # tiles from the sequence's last back: the j-th slot of its run takes tile ntiles - 1 - j
+    tok0 = s_q0 + (tl.gather(ends, lo_r, 0) - 1 - slots) * BLOCK_T
+    tok_end = tl.minimum(tok0 + BLOCK_T, s_q1)
+    s_k0 = tl.gather(k0, b, 0)
+    s_k1 = tl.gather(k1, b, 0)
+    kv_len = s_k1 - s_k0
+    work = tl.maximum(tl.minimum(kv_len, kv_len - (s_q1 - s_q0) + (tok_end - s_q0)), 0)
+    empty = tl.zeros([BLOCK_SL], dtype=tl.int32) + total_q
+    rec = table_ptr + 2 * total_q + slots * REC_FIELDS
+    ok = slots < num_slots
+    tl.store(rec, tl.where(used, tok0, empty), mask=ok)
+    tl.store(rec + 1, tl.where(used, tok_end, empty), mask=ok)
+    tl.store(rec + 2, tl.where(used, s_q0, empty), mask=ok)
+    tl.store(rec + 3, tl.where(used, s_q1, empty), mask=ok)
+    tl.store(rec + 4, tl.where(used, s_k0, 0), mask=ok)
+    tl.store(rec + 5, tl.where(used, s_k1, 0), mask=ok)
+    tl.store(rec + 6, tl.zeros([BLOCK_SL], dtype=tl.int32), mask=ok)
+    tl.store(rec + 7, tl.where(used, work, 0), mask=ok)
+
+
+@triton.jit
 def _merge_slots(
     acc, den, m_i, part_o_ptr, part_lse_ptr, first, k0, n, head, offs_s, offs_d,
     NUM_HEADS: tl.constexpr, HEAD_CKV: tl.constexpr, ROWS: tl.constexpr, FIRST: tl.constexpr,
@@ -725,14 +807,9 @@ def _combine_kernel(
     offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     first = tl.load(table_ptr + tok).to(tl.int64)
     n = tl.load(table_ptr + total_q + tok)
-    if DIRECT:
-        if n != 1:
-            _combine_row(
-                part_o_ptr, part_lse_ptr, out_ptr, lse_ptr, first, n, tok, head, offs_d,
-                stride_o_t, stride_o_h, stride_l_t, stride_l_h,
-                NUM_HEADS, HEAD_CKV, BLOCK_S, ROWS,
-            )  # fmt: skip
-    else:
+    # with DIRECT, a token of one piece is done; piece counts are never negative
+    ONE_PIECE: tl.constexpr = 1 if DIRECT else -1
+    if n != ONE_PIECE:
         _combine_row(
             part_o_ptr, part_lse_ptr, out_ptr, lse_ptr, first, n, tok, head, offs_d,
             stride_o_t, stride_o_h, stride_l_t, stride_l_h,

@@ -61,11 +61,11 @@ ROW_O = gl.constexpr(gl.SliceLayout(1, O_LAYOUT))
 
 
 @gluon.jit
-def _tile_tokens(table_ptr, total_q, BLOCK_T: gl.constexpr, SCHEDULED: gl.constexpr):
-    """This program's query tokens [tok0, tok_end): its record's in a scheduled split (a tile of
-    one sequence, see ``attention._split_schedule_kernel``), else the global tiling's, longest
-    causal range first."""
-    if SCHEDULED:
+def _tile_tokens(table_ptr, total_q, BLOCK_T: gl.constexpr, RECORDS: gl.constexpr):
+    """This program's query tokens [tok0, tok_end): its record's with ``RECORDS`` (a tile of one
+    sequence, see ``attention._tile_order_kernel`` and ``attention._split_schedule_kernel``),
+    else the global tiling's, longest causal range first."""
+    if RECORDS:
         rec = table_ptr + 2 * total_q + gl.program_id(0) * REC_FIELDS
         tok0 = gl.load(rec)
         tok_end = gl.load(rec + 1)
@@ -88,15 +88,15 @@ def _out_base(tok0, stride_s, stride_t, SCHEDULED: gl.constexpr):
 
 @gluon.jit
 def _first_seq(qo_indptr_ptr, kv_indptr_ptr, table_ptr, tok0, total_q, batch,
-               SCHEDULED: gl.constexpr):  # fmt: skip
+               RECORDS: gl.constexpr):  # fmt: skip
     """The tile's first sequence b (largest b with qo_indptr[b] <= tok0), its q / kv bounds and
-    the KV piece [lo, hi) of a scheduled split (its record's; the sequence's index b is then
-    unused and 0, and the tile ends within the sequence).
+    the KV piece [lo, hi) of a scheduled split (with ``RECORDS``, its record's; the sequence's
+    index b is then unused and 0, and the tile ends within the sequence).
 
     Up to SCAN - 1 sequences this is one round trip: both indptr arrays are read whole, side by
     side, and searched in registers; beyond that, a binary search (a chain of dependent loads).
     """
-    if SCHEDULED:
+    if RECORDS:
         rec = table_ptr + 2 * total_q + gl.program_id(0) * REC_FIELDS
         b = tok0 * 0
         q_start = gl.load(rec + 2)
@@ -128,7 +128,7 @@ def _first_seq(qo_indptr_ptr, kv_indptr_ptr, table_ptr, tok0, total_q, batch,
         q_end = gl.load(qo_indptr_ptr + b + 1)
         kv_start = gl.load(kv_indptr_ptr + b)
         kv_end = gl.load(kv_indptr_ptr + b + 1)
-    if not SCHEDULED:
+    if not RECORDS:
         lo = b * 0
         hi = b * 0
     return b, q_start, q_end, kv_start, kv_end, lo, hi
@@ -274,7 +274,7 @@ def _pv_lo(acc, g, kv_lo, pe_bufs, alpha_s, p_ready):
 def _loader_partition(
     seqs, cache, out, smem, bars,
     NUM_HEADS: gl.constexpr, HEAD_KPE: gl.constexpr, BLOCK_T: gl.constexpr,
-    BLOCK_N: gl.constexpr, SCHEDULED: gl.constexpr, OFFS32: gl.constexpr,
+    BLOCK_N: gl.constexpr, SCHEDULED: gl.constexpr, RECORDS: gl.constexpr, OFFS32: gl.constexpr,
 ):  # fmt: skip
     """``seqs``: (qo_indptr, kv_indptr, work table, total_q, batch); ``cache``: (ckv, kpe,
     kv_indices, ckv and kpe page strides); ``out``: (output or split partials, their piece,
@@ -290,9 +290,9 @@ def _loader_partition(
     offs_m = gl.arange(0, BLOCK_M, layout=ROW_O)
     offs_d = gl.arange(0, HALF, layout=gl.SliceLayout(0, O_LAYOUT))
 
-    tok0, tok_end = _tile_tokens(table_ptr, total_q, BLOCK_T, SCHEDULED)
+    tok0, tok_end = _tile_tokens(table_ptr, total_q, BLOCK_T, RECORDS)
     b, q_start, q_end, kv_start, kv_end, rec_lo, rec_hi = _first_seq(
-        qo_indptr_ptr, kv_indptr_ptr, table_ptr, tok0, total_q, batch, SCHEDULED
+        qo_indptr_ptr, kv_indptr_ptr, table_ptr, tok0, total_q, batch, RECORDS
     )
     o_base = _out_base(tok0, stride_o_s, stride_o_t, SCHEDULED)
     row_tok = tok0 + offs_m // NUM_HEADS
@@ -383,7 +383,7 @@ def _publish_p(p, alpha, g, pe_bufs, alpha_s, p_ready):
 def _softmax_partition(
     seqs, queries, out, lse_out, qk_scale, smem, bars,
     NUM_HEADS: gl.constexpr, HEAD_KPE: gl.constexpr, BLOCK_T: gl.constexpr,
-    BLOCK_N: gl.constexpr, SCHEDULED: gl.constexpr,
+    BLOCK_N: gl.constexpr, SCHEDULED: gl.constexpr, RECORDS: gl.constexpr,
 ):  # fmt: skip
     """``seqs``: (qo_indptr, kv_indptr, work table, total_q, batch); ``queries``: (q_nope, q_pe, their token
     and head strides); ``out``/``lse_out``: each destination (output or split partials) with its
@@ -403,7 +403,7 @@ def _softmax_partition(
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=2)
 
-    tok0, tok_end = _tile_tokens(table_ptr, total_q, BLOCK_T, SCHEDULED)
+    tok0, tok_end = _tile_tokens(table_ptr, total_q, BLOCK_T, RECORDS)
 
     # Q into shared memory once (cp.async; rows past total_q read as zeros), in flight during the
     # search for the tile's first sequence
@@ -428,7 +428,7 @@ def _softmax_partition(
     )
     async_copy.commit_group()
     b, q_start, q_end, kv_start, kv_end, rec_lo, rec_hi = _first_seq(
-        qo_indptr_ptr, kv_indptr_ptr, table_ptr, tok0, total_q, batch, SCHEDULED
+        qo_indptr_ptr, kv_indptr_ptr, table_ptr, tok0, total_q, batch, RECORDS
     )
     o_base = _out_base(tok0, stride_o_s, stride_o_t, SCHEDULED)
     l_base = _out_base(tok0, stride_l_s, stride_l_t, SCHEDULED)
@@ -507,7 +507,8 @@ def _mla_prefill_ws_kernel(
     stride_do_t, stride_do_h, stride_dl_t, stride_dl_h,
     total_q, batch, qk_scale,
     NUM_HEADS: gl.constexpr, HEAD_CKV: gl.constexpr, HEAD_KPE: gl.constexpr,
-    BLOCK_T: gl.constexpr, BLOCK_N: gl.constexpr, SCHEDULED: gl.constexpr, OFFS32: gl.constexpr,
+    BLOCK_T: gl.constexpr, BLOCK_N: gl.constexpr, SCHEDULED: gl.constexpr, RECORDS: gl.constexpr,
+    OFFS32: gl.constexpr,
 ):  # fmt: skip
     """Same arguments and contract as ``attention._mla_prefill_kernel``; launch with num_warps=4
     (the softmax warpgroup); the loader warpgroup is the worker partition."""
@@ -549,9 +550,11 @@ def _mla_prefill_ws_kernel(
     gl.warp_specialize(
         [
             (_softmax_partition, (seqs, queries, out, lse_out, qk_scale, smem, bars,
-                                  NUM_HEADS, HEAD_KPE, BLOCK_T, BLOCK_N, SCHEDULED)),
+                                  NUM_HEADS, HEAD_KPE, BLOCK_T, BLOCK_N, SCHEDULED,
+                                  RECORDS)),
             (_loader_partition, (seqs, cache, out, smem, bars,
-                                 NUM_HEADS, HEAD_KPE, BLOCK_T, BLOCK_N, SCHEDULED, OFFS32)),
+                                 NUM_HEADS, HEAD_KPE, BLOCK_T, BLOCK_N, SCHEDULED, RECORDS,
+                                 OFFS32)),
         ],
         [LOADER_WARPS],
         [256],  # registers per loader thread

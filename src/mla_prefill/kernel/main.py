@@ -17,10 +17,17 @@ from .attention import (
     _mla_pooled_split_kernel,
     _mla_prefill_kernel,
     _split_schedule_kernel,
+    _tile_order_kernel,
     is_interpreter,
 )
 from .bound import Pointer, bind, call_bound, current_stream, layout_key
-from .config import MAX_SPLIT_TOKENS, KernelConfig, choose_config
+from .config import (
+    MAX_ORDERED_SEQS,
+    MAX_ORDERED_TILES,
+    MAX_SPLIT_TOKENS,
+    KernelConfig,
+    choose_config,
+)
 from .launch import launch
 from .plan import (
     ARG_LSE,
@@ -33,6 +40,7 @@ from .plan import (
     TENSOR_SLOTS,
     CallShape,
     LaunchPlan,
+    ordered_slots,
     partial_elements,
     plan_launches,
 )
@@ -205,7 +213,7 @@ def plan_call(
             shape.total_q, shape.batch, shape.num_kv, t,
             gluon_api=gluon_available() and not interpret,
         )  # fmt: skip
-    bad = config_problems(config, shape.total_q, here, interpret)
+    bad = config_problems(config, shape.total_q, shape.batch, here, interpret)
     if bad:
         raise ValueError("config: " + "; ".join(bad))
     return plan_launches(shape, config, 0 if here is None else here.capability, interpret)
@@ -217,16 +225,18 @@ def _kernel(name: str):
 
         return _mla_prefill_ws_kernel
     return {"tile": _mla_prefill_kernel, "pooled": _mla_pooled_split_kernel,
-            "schedule": _split_schedule_kernel, "combine": _combine_kernel}[name]  # fmt: skip
+            "schedule": _split_schedule_kernel, "order": _tile_order_kernel,
+            "combine": _combine_kernel}[name]  # fmt: skip
 
 
 def carve_partials(plan: LaunchPlan, buf: torch.Tensor) -> dict:
     """The split path's fp32 partials (output, lse) and its int32 work table, as views of one
     buffer of at least ``sum(partial_elements(plan))`` fp32 elements."""
     n_o, n_l, n_t = partial_elements(plan)
+    rows = plan.partials or (0,)  # tiles in work order: a table, no partials
     return {
-        ARG_PART_O: buf[:n_o].view(*plan.partials, NUM_QO_HEADS, HEAD_DIM_CKV),
-        ARG_PART_LSE: buf[n_o : n_o + n_l].view(*plan.partials, NUM_QO_HEADS),
+        ARG_PART_O: buf[:n_o].view(*rows, NUM_QO_HEADS, HEAD_DIM_CKV),
+        ARG_PART_LSE: buf[n_o : n_o + n_l].view(*rows, NUM_QO_HEADS),
         ARG_TABLE: buf[n_o + n_l : n_o + n_l + n_t].view(torch.int32),
     }
 
@@ -262,10 +272,10 @@ def execute(
 
 
 def config_problems(
-    config: KernelConfig, total_q: int, here: Optional[Target], interpret: bool
+    config: KernelConfig, total_q: int, batch: int, here: Optional[Target], interpret: bool
 ) -> list:
-    """What stops ``config`` from launching for ``total_q`` tokens on ``here`` (the device's
-    target; None under the interpreter)."""
+    """What stops ``config`` from launching for ``total_q`` tokens of ``batch`` sequences on
+    ``here`` (the device's target; None under the interpreter)."""
     bad = config.problems()
     if config.kernel == "gluon" and interpret:
         bad.append("the gluon kernel does not run under TRITON_INTERPRET=1")
@@ -273,6 +283,14 @@ def config_problems(
         bad.append(f"the gluon kernel needs a Hopper GPU (sm_90), this one is {here.arch}")
     elif config.kernel == "gluon" and not gluon_available():
         bad.append(f"the gluon kernel needs Triton 3.6's Gluon API, found {triton.__version__}")
+    if config.ordered and (
+        ordered_slots(total_q, config.block_t, batch) > MAX_ORDERED_TILES
+        or batch > MAX_ORDERED_SEQS
+    ):
+        bad.append(
+            f"ordered tiles: at most {MAX_ORDERED_TILES} tiles and {MAX_ORDERED_SEQS} sequences, "
+            f"got total_q {total_q} in {batch} sequences: use ordered=False"
+        )
     if config.split and total_q > MAX_SPLIT_TOKENS:
         bad.append(
             f"a KV split sizes the ranges of at most {MAX_SPLIT_TOKENS} tokens, got total_q "

@@ -53,7 +53,8 @@ class CallShape:
 
 @dataclass(frozen=True)
 class Launch:
-    """One kernel launch: which kernel (``"tile"``, ``"gluon"``, ``"pooled"``, ``"combine"``),
+    """One kernel launch: which kernel (``"tile"``, ``"gluon"``, ``"pooled"``, ``"schedule"``,
+    ``"order"``, ``"combine"``),
     its grid, its runtime arguments (slot names or integers), constexprs and launch options."""
 
     kernel: str
@@ -67,8 +68,10 @@ class Launch:
 class LaunchPlan:
     """Every launch of one call, in order, and the fp32 split partials they share: normalised
     outputs ``[*partials, 16, 512]``, base-2 lse ``[*partials, 16]`` and an int32 ``[table]``
-    (``partials == ()``: no split). A split's table holds, per token, its first partial row and
-    its piece count, then a scheduled split's records (``REC_FIELDS`` per program)."""
+    (``partials == ()``: no split; ``table == 0`` too: no buffer). A split's table holds, per
+    token, its first partial row and its piece count, then a scheduled split's records
+    (``REC_FIELDS`` per program); tiles in work order have records only (after ``2 * total_q``
+    unused entries, where the kernels look for them)."""
 
     config: KernelConfig
     partials: Tuple[int, ...]
@@ -107,6 +110,12 @@ def split_slots(config: KernelConfig, total_q: int, batch: int) -> int:
     return max(min(config.num_splits * num_tiles, MAX_SLOTS), tiles_bound)
 
 
+def ordered_slots(total_q: int, block_t: int, batch: int) -> int:
+    """Programs of tiles in work order: at least one per tile of the sequences' tilings, which
+    number at most ``min(total_q, num_tiles + batch)``."""
+    return max(1, min(total_q, -(-total_q // block_t) + batch))
+
+
 def plan_launches(
     shape: CallShape, config: KernelConfig, capability: int, interpret: bool
 ) -> LaunchPlan:
@@ -139,7 +148,22 @@ def plan_launches(
         combine = _combine(T, 1, pdl, s.out_strides, s.lse_strides, False)
         return LaunchPlan(config, (slots,), 2 * T, (pooled, combine))
     bt = config.block_t
-    if config.split:
+    if config.ordered:
+        # tiles that follow the sequences, longest sequences first: the order kernel's records
+        slots = ordered_slots(T, bt, s.batch)
+        order = Launch(
+            "order", (1,),
+            ("qo_indptr", "kv_indptr", ARG_TABLE, T, s.batch, slots),
+            (("BLOCK_T", bt), ("BLOCK_N", config.block_n),
+             ("LOG_B", max(4, (s.batch - 1).bit_length())),
+             ("BLOCK_SL", max(16, pow2_at_least(slots)))),
+            (("num_warps", SCHEDULE_WARPS),),
+        )  # fmt: skip
+        dst = (ARG_OUT, ARG_LSE, ARG_TABLE)
+        o_strides = (0, *s.out_strides)
+        l_strides = (0, *s.lse_strides)
+        grid = (slots,)
+    elif config.split:
         # the schedule's work table, then one program per piece: partials [slots, block_t, 16,
         # 512] and [slots, block_t, 16], a piece's rows from its tile's first token; a tile of
         # one piece writes output and lse directly
@@ -167,7 +191,7 @@ def plan_launches(
     )  # fmt: skip
     consts = (
         *heads, ("BLOCK_T", bt), ("BLOCK_N", config.block_n), ("SCHEDULED", config.split),
-        ("OFFS32", offs32),
+        ("RECORDS", config.split or config.ordered), ("OFFS32", offs32),
     )  # fmt: skip
     if config.kernel == "gluon":
         main = Launch("gluon", grid, args, consts, (("num_warps", 4),))
@@ -176,6 +200,8 @@ def plan_launches(
             "tile", grid, (*args, s.num_kv),
             (*consts, ("GUESS32", guess32), ("INTERPRET", interpret)), stages,
         )  # fmt: skip
+    if config.ordered:
+        return LaunchPlan(config, (), 2 * T + REC_FIELDS * slots, (order, main))
     if not config.split:
         return LaunchPlan(config, (), 0, (main,))
     combine = _combine(T, bt, pdl, s.out_strides, s.lse_strides, True)
@@ -183,8 +209,8 @@ def plan_launches(
 
 
 def partial_elements(plan: LaunchPlan) -> Optional[Tuple[int, int, int]]:
-    """(output, lse, table) element counts of the plan's partials; None without a split."""
-    if not plan.partials:
+    """(output, lse, table) element counts of the plan's buffers; None without any."""
+    if not plan.table:
         return None
-    rows = math.prod(plan.partials) * NUM_QO_HEADS
+    rows = math.prod(plan.partials) * NUM_QO_HEADS if plan.partials else 0
     return rows * HEAD_DIM_CKV, rows, plan.table
