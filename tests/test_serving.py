@@ -52,6 +52,25 @@ def test_plan_then_runs_on_new_values(name, device):
             inputs[k].copy_(fresh[k])
 
 
+def test_ordered_tiles_run_from_the_plans_table(device):
+    """A plan of ordered tiles keeps a work table and no partials: every run writes the order
+    and reads it, on new values and after a replan of the same plan with other lengths."""
+    from tests.test_kernel import ordered_config
+
+    cfg = ordered_config(4, device)
+    p = MLAPrefillPlan(device)
+    for lengths in ([(6, 90), (0, 3), (3, 40), (9, 9), (1, 130)],
+                    [(1, 4), (0, 60), (9, 200), (8, 8), (1, 130)]):  # fmt: skip
+        inputs = make_batch_inputs(Batch(lengths, 420, len(lengths)), device)
+        p.plan(inputs["qo_indptr"], inputs["kv_indptr"], inputs["kv_indices"],
+               inputs["sm_scale"], config=cfg)  # fmt: skip
+        for _ in range(2):
+            out, lse = poisoned_outputs(inputs["q_nope"].shape[0], device)
+            _run(p, inputs, out, lse)
+            _check(inputs, out, lse)
+            inputs["q_nope"].normal_()
+
+
 def test_replan_of_the_same_sizes_reads_the_new_indices(device):
     a = make_batch_inputs(Batch([(3, 40), (4, 8)], 60, 4), device)
     b = make_batch_inputs(Batch([(5, 30), (2, 18)], 60, 5), device)  # same sizes, new lengths
