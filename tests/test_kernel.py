@@ -206,15 +206,26 @@ def test_scheduled_split(name, device, reference):
     run_case(lengths, device, reference, seed=8, config=cfg)
 
 
-def schedule_model(lengths, block_t, block_n, min_chunk, slots):
-    """What ``_split_schedule_kernel`` writes, in Python: per token (first row, piece count),
-    then per slot (tok0, tok_end, q_start, q_end, kv_start, kv_end, lo, hi)."""
-    tiles_, q0, k0 = [], 0, 0
+def sequence_tiles(lengths, block_t):
+    """Each sequence's tiles of ``block_t`` tokens from its first, as the schedule and order
+    kernels cut them: per sequence, its tiles (tok0, tok_end, q_start, q_end, kv_start, kv_end,
+    range end); and the batch's token count."""
+    seqs, q0, k0 = [], 0, 0
     for q, k in lengths:
+        tiles_ = []
         for t in range(q0, q0 + q, block_t):
             end = min(t + block_t, q0 + q)
             tiles_.append((t, end, q0, q0 + q, k0, k0 + k, max(min(k, k - q + end - q0), 0)))
+        seqs.append(tiles_)
         q0, k0 = q0 + q, k0 + k
+    return seqs, q0
+
+
+def schedule_model(lengths, block_t, block_n, min_chunk, slots):
+    """What ``_split_schedule_kernel`` writes, in Python: per token (first row, piece count),
+    then per slot (tok0, tok_end, q_start, q_end, kv_start, kv_end, lo, hi)."""
+    seqs, q0 = sequence_tiles(lengths, block_t)
+    tiles_ = [t for seq in seqs for t in seq]
     total = sum(w[-1] for w in tiles_)
     chunk = max(-(-(-(-total // slots)) // block_n) * block_n, min_chunk)
     while sum(-(-w[-1] // chunk) for w in tiles_) > slots:
@@ -229,24 +240,30 @@ def schedule_model(lengths, block_t, block_n, min_chunk, slots):
     return first + count + [x for r in recs for x in r]
 
 
+def written_table(lengths, cfg, device):
+    """(plan, table) for a batch of ``lengths`` under ``cfg``: the int32 table as the plan's
+    first launch (the schedule or order kernel) writes it over a table of -7s."""
+    inputs = make_batch_inputs(Batch(lengths, sum(k for _, k in lengths) + 1, 0), device)
+    shape = main.CallShape.of(inputs["q_nope"], inputs["q_pe"], inputs["ckv_cache"],
+                              inputs["kpe_cache"], inputs["q_nope"], inputs["q_pe"][..., 0],
+                              len(lengths), inputs["kv_indices"].shape[0])  # fmt: skip
+    plan = main.plan_launches(shape, cfg, 0, device != "cuda")
+    first = plan.launches[0]
+    table = torch.full((plan.table,), -7, dtype=torch.int32, device=device)
+    slots = {"qo_indptr": inputs["qo_indptr"], "kv_indptr": inputs["kv_indptr"], "table": table}
+    args = tuple(slots[a] if isinstance(a, str) else a for a in first.args)
+    main._kernel(first.kernel)[first.grid](*args, **dict(first.consts))
+    return plan, table
+
+
 @pytest.mark.parametrize("name", sorted(SCHEDULED_CASES))
 def test_schedule_table(name, device):
     """The work table against ``schedule_model``: every tile's range in pieces of one size,
     numbered tile by tile, and the combine's rows and counts per token."""
     lengths, block_t, num_splits = SCHEDULED_CASES[name]
-    cfg = tiles(block_t, 16, num_splits, 16)
-    inputs = make_batch_inputs(Batch(lengths, sum(k for _, k in lengths) + 1, 0), device)
-    batch = len(lengths)
-    shape = main.CallShape.of(inputs["q_nope"], inputs["q_pe"], inputs["ckv_cache"],
-                              inputs["kpe_cache"], inputs["q_nope"], inputs["q_pe"][..., 0],
-                              batch, inputs["kv_indices"].shape[0])  # fmt: skip
-    plan = main.plan_launches(shape, cfg, 0, device != "cuda")
+    plan, table = written_table(lengths, tiles(block_t, 16, num_splits, 16), device)
     schedule = plan.launches[0]
     assert schedule.kernel == "schedule"
-    table = torch.full((plan.table,), -7, dtype=torch.int32, device=device)
-    slots = {"qo_indptr": inputs["qo_indptr"], "kv_indptr": inputs["kv_indptr"], "table": table}
-    args = tuple(slots[a] if isinstance(a, str) else a for a in schedule.args)
-    main._split_schedule_kernel[schedule.grid](*args, **dict(schedule.consts))
     num_slots = schedule.args[-1]
     assert table.tolist() == schedule_model(lengths, block_t, 16, 16, num_slots)
 
@@ -282,16 +299,9 @@ def order_model(lengths, block_t, block_n, slots):
     Python: per slot (tok0, tok_end, q_start, q_end, kv_start, kv_end, 0, range end), the
     sequences by descending KV blocks (ties: the later sequence first), each one's tiles from
     its last back, then empty records."""
-    seqs, q0, k0 = [], 0, 0
-    for b, (q, k) in enumerate(lengths):
-        tiles_ = []
-        for t in range(q0, q0 + q, block_t):
-            end = min(t + block_t, q0 + q)
-            tiles_.append((t, end, q0, q0 + q, k0, k0 + k, 0, max(min(k, k - q + end - q0), 0)))
-        if tiles_:
-            seqs.append(((-(-k // block_n), b), tiles_[::-1]))
-        q0, k0 = q0 + q, k0 + k
-    recs = [t for _, tiles_ in sorted(seqs, reverse=True) for t in tiles_]
+    seqs, q0 = sequence_tiles(lengths, block_t)
+    ranked = sorted(((-(-k // block_n), b) for b, (_, k) in enumerate(lengths)), reverse=True)
+    recs = [(*tile[:6], 0, tile[6]) for _, b in ranked for tile in reversed(seqs[b])]
     recs += [(q0, q0, q0, q0, 0, 0, 0, 0)] * (slots - len(recs))
     return [x for r in recs for x in r]
 
@@ -301,20 +311,12 @@ def test_order_table(name, device):
     """The order kernel's records against ``order_model``: every tile of every sequence once,
     the longest sequences' first, then empty records up to the grid."""
     lengths, block_t = ORDERED_CASES[name]
-    cfg = dataclasses.replace(tiles(block_t, 16), ordered=True)
-    inputs = make_batch_inputs(Batch(lengths, sum(k for _, k in lengths) + 1, 0), device)
-    batch, T = len(lengths), inputs["q_nope"].shape[0]
-    shape = main.CallShape.of(inputs["q_nope"], inputs["q_pe"], inputs["ckv_cache"],
-                              inputs["kpe_cache"], inputs["q_nope"], inputs["q_pe"][..., 0],
-                              batch, inputs["kv_indices"].shape[0])  # fmt: skip
-    plan = main.plan_launches(shape, cfg, 0, device != "cuda")
+    plan, table = written_table(lengths, dataclasses.replace(tiles(block_t, 16), ordered=True),
+                                device)  # fmt: skip
     order, attend = plan.launches
     assert order.kernel == "order" and attend.grid == (order.args[-1],)
     assert dict(attend.consts)["RECORDS"] and not dict(attend.consts)["SCHEDULED"]
-    table = torch.full((plan.table,), -7, dtype=torch.int32, device=device)
-    slots = {"qo_indptr": inputs["qo_indptr"], "kv_indptr": inputs["kv_indptr"], "table": table}
-    args = tuple(slots[a] if isinstance(a, str) else a for a in order.args)
-    main._tile_order_kernel[order.grid](*args, **dict(order.consts))
+    T = sum(q for q, _ in lengths)
     assert table[2 * T :].tolist() == order_model(lengths, block_t, 16, order.args[-1])
 
 
