@@ -93,6 +93,27 @@ def test_pinned_configs(config, device, reference):
     run_case(lengths, device, reference, seed=3, config=config)
 
 
+# tiles of the global tiling walk runs of sequences as one KV range: consecutive sequences with
+# rows in the tile, across query-less sequences whose KV leaves a gap of at most one KV step;
+# a larger gap starts a new run. Each case on 2- and 4-token tiles at 16-position steps.
+RUN_CASES = {
+    # 4-token tiles of 1-3 tokens per sequence, several sequences per tile
+    "short_sequences": [
+        (q, k) for q, k in zip([1, 3, 2, 1, 2, 3, 1, 1], [5, 3, 20, 1, 9, 3, 17, 2])
+    ],
+    # query-less sequences inside tiles: short gaps (walked, masked) and long ones (new run)
+    "gaps": [(2, 4), (0, 7), (1, 3), (0, 40), (2, 2), (0, 16), (0, 1), (1, 30), (0, 0), (3, 3)],
+    # rows that see no key (kv_len 0) and long sequences ending inside a tile
+    "no_keys_and_long": [(3, 0), (2, 2), (5, 70), (1, 1), (3, 50), (2, 0), (2, 2)],
+}
+
+
+@pytest.mark.parametrize("name", sorted(RUN_CASES))
+@pytest.mark.parametrize("config", [tiles(2, 16), tiles(4, 16)], ids=["t2", "t4"])
+def test_runs_of_sequences(name, config, device, reference):
+    run_case(RUN_CASES[name], device, reference, seed=11, config=config)
+
+
 # 1-token tiles read kv_indices[0, BLOCK_N) before they know their sequence and use it when their
 # range starts at position 0 (sequence 0, or a later one after sequences without keys), fetching
 # their own block otherwise, then walk the range in one masked loop (indices one step ahead).

@@ -53,7 +53,7 @@ def test_traceset_loads_one_definition_and_38_workloads():
             assert list(t.shape) == shapes[key], (w.uuid, key)
             assert t.dtype == torch.int32
     assert {s.name for s in ts.solutions[name]} == set(SOLUTIONS)
-    # the committed H200 traces load too (what `flashinfer-bench run --local .` reads first)
+    # the committed GPU traces load too (what `flashinfer-bench run --local .` reads first)
     traces = ts.traces.get(name, [])
     assert {t.solution for t in traces} == set(SOLUTIONS)
     assert all(t.evaluation.status.value == "PASSED" for t in traces)

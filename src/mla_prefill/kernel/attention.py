@@ -14,8 +14,12 @@ Design (FlashAttention-2 style online softmax, Dao 2023, in base 2 as in Triton'
   both ``Q K^T`` (as K) and ``P V`` (as V).
 - Programs walk a global token tiling (``tile = token // BLOCK_T``), so no host- or device-side
   scan is needed to map programs to sequences: a program binary-searches ``qo_indptr`` for its
-  first sequence and loops over every sequence that intersects its tile (a tile straddles at
-  most ``BLOCK_T`` sequences), masking the rows of the others.
+  first sequence. The sequences of a tile (at most ``BLOCK_T`` with queries) are walked as runs:
+  consecutive sequences' KV ranges are adjacent in ``kv_indices``, so a run of them is one range
+  of positions in which each row sees its own sequence's (a per-row lower bound joins the causal
+  mask). A tile of several short sequences then waits on one chain of dependent loads and one
+  pipeline fill instead of one per sequence. A sequence without queries but with KV leaves a gap
+  in the range; a gap of more than one KV step starts a new run.
 - Causal masking is split into two ranges: KV blocks every row of the tile may see run without
   a mask; only the diagonal band pays for ``tl.where``; blocks past it are never visited.
 - Program 0 takes the last tile (the longest causal range) so long work starts first.
@@ -71,19 +75,23 @@ def _attend_kv_range(
     lo,
     hi,
     idx_hi,
+    row_lo,
     causal_lim,
     qk_scale,
     HEAD_CKV: tl.constexpr,
     HEAD_KPE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     MASKED: tl.constexpr,  # constexpr so the mask code is compiled out of the bulk loop
+    RUNS: tl.constexpr,  # rows may belong to several sequences: each sees keys from row_lo on
     OFFS32: tl.constexpr,  # page * stride fits int32 for every page of the caches (host-checked)
     INTERPRET: tl.constexpr,  # the interpreter's bf16 tl.dot is wrong: compute in fp32 there
 ):
-    """Online-softmax update of (acc, m_i, l_i) over KV positions [lo, hi) of one sequence.
+    """Online-softmax update of (acc, m_i, l_i) over KV positions [lo, hi) of ``kv_indices``
+    (``idx_ptr``): row r sees position j when ``row_lo[r] <= j <= causal_lim[r]`` (``row_lo``
+    only with ``RUNS``; the range is then one run of sequences, see ``_mla_prefill_kernel``).
 
     ``pages`` holds the page indices of positions [lo, lo + BLOCK_N) (0 at or past ``idx_hi``,
-    the end of the sequence's range); the pages of [hi, hi + BLOCK_N) are returned the same way,
+    the end of the range's indices); the pages of [hi, hi + BLOCK_N) are returned the same way,
     so a following range that starts at ``hi`` begins without an index load on its chain.
     The page indices of a step are loaded one step ahead, so the gather's addresses come from a
     loop-carried value: Triton's pipeliner then gives the gathered rows ``num_stages - 1``
@@ -122,6 +130,8 @@ def _attend_kv_range(
         s = s * qk_scale
         if MASKED:
             keep = (cols[None, :] <= causal_lim[:, None]) & col_ok[None, :]
+            if RUNS:
+                keep = keep & (cols[None, :] >= row_lo[:, None])
             s = tl.where(keep, s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             # a row that has seen no key yet keeps m = -inf; use 0 so exp2 gives 0, not NaN
@@ -254,6 +264,34 @@ def _piece_size(work, num_pieces, BLOCK_N: tl.constexpr, MIN_CHUNK: tl.constexpr
 
 
 @triton.jit
+def _seq_rows(row_lo, causal_lim, row_tok, q_start, q_end, kv_start, kv_end, tok_end):
+    """Adds a sequence to a run: the rows of its tokens see KV positions [kv_start, kv_start +
+    prefix + i] of ``kv_indices`` (i: the token's index in the sequence). Returns the rows'
+    bounds and the end of the positions the tile's rows of the sequence see."""
+    prefix = (kv_end - kv_start) - (q_end - q_start)
+    in_seq = (row_tok >= q_start) & (row_tok < q_end)
+    row_lo = tl.where(in_seq, kv_start, row_lo)
+    causal_lim = tl.where(in_seq, kv_start + prefix + (row_tok - q_start), causal_lim)
+    i_last = tl.minimum(tok_end, q_end) - 1 - q_start
+    return (
+        row_lo,
+        causal_lim,
+        kv_start + tl.maximum(tl.minimum(kv_end - kv_start, prefix + i_last + 1), 0),
+    )
+
+
+@triton.jit
+def _next_seq(qo_indptr_ptr, kv_indptr_ptr, b, q_end, kv_end, batch):
+    """Sequence b + 1: (b + 1, q_start, q_end, kv_start, kv_end); its starts are sequence b's
+    ends, and its ends are read masked off past the last sequence."""
+    b += 1
+    more = b < batch
+    q_next = tl.load(qo_indptr_ptr + b + 1, mask=more, other=0)
+    kv_next = tl.load(kv_indptr_ptr + b + 1, mask=more, other=0)
+    return b, q_end, q_next, kv_end, kv_next
+
+
+@triton.jit
 def _mla_prefill_kernel(
     q_nope_ptr,
     q_pe_ptr,
@@ -305,6 +343,9 @@ def _mla_prefill_kernel(
     # whole range; the kernel's code shrinks by a third (2072 -> 1304 SASS instructions at 32-key
     # steps), measured 0.3-1 us faster (2026-12-03)
     ONE_TOKEN: tl.constexpr = BLOCK_T == 1
+    # tiles of the global tiling may hold several sequences: they walk runs of them (below)
+    RUNS: tl.constexpr = not ONE_TOKEN and not RECORDS
+    RUN_GAP: tl.constexpr = BLOCK_N  # KV positions of query-less sequences a run walks over
     # a split of 1-token tiles pools the ranges of all tokens instead (_mla_pooled_split_kernel)
     tl.static_assert(BLOCK_T > 1 or not RECORDS, "1-token tiles are split by the pooled kernel")
     tl.static_assert(RECORDS or not SCHEDULED, "a scheduled split reads its pieces' records")
@@ -371,58 +412,86 @@ def _mla_prefill_kernel(
                 b_hi = mid - 1
         b = b_lo
     if b == guess:
-        q_start = g_q0
+        q_start, q_end, kv_start, kv_end = g_q0, g_q1, g_k0, g_k1
     else:
         q_start = tl.load(qo_indptr_ptr + b)
+        q_end = tl.load(qo_indptr_ptr + b + 1)
+        kv_start = tl.load(kv_indptr_ptr + b)
+        kv_end = tl.load(kv_indptr_ptr + b + 1)
     while (q_start < tok_end) & (b < batch):
-        if b == guess:
-            q_end = g_q1
-            kv_start = g_k0
-            kv_len = g_k1 - g_k0
-        else:
-            q_end = tl.load(qo_indptr_ptr + b + 1)
-            kv_start = tl.load(kv_indptr_ptr + b)
-            kv_len = tl.load(kv_indptr_ptr + b + 1) - kv_start
-        prefix = kv_len - (q_end - q_start)
-        in_seq = (row_tok >= q_start) & (row_tok < q_end)
-        # last KV position each row may see; -1 hides every key from rows of other sequences
-        causal_lim = tl.where(in_seq, prefix + (row_tok - q_start), -1)
-        i_first = tl.maximum(tok0, q_start) - q_start
-        i_last = tl.minimum(tok_end, q_end) - 1 - q_start
-        kv_hi = tl.maximum(tl.minimum(kv_len, prefix + i_last + 1), 0)
+        # one run: this sequence and the next ones with rows in the tile while each starts
+        # within RUN_GAP positions of the run's end in kv_indices (consecutive sequences' KV
+        # ranges are adjacent there; only sequences without queries leave gaps), walked as one
+        # range of KV positions in which row r sees [row_lo[r], causal_lim[r]]. A tile of
+        # several short sequences then waits on one chain of loads, not one per sequence.
+        row_lo = tl.full([BLOCK_M], 2147483647, tl.int32)  # rows outside the run see nothing
+        causal_lim = tl.full([BLOCK_M], -1, tl.int32)
+        run_q0 = q_start
+        prefix = (kv_end - kv_start) - (q_end - q_start)
+        # keys every row of the sequence sees (when the run is this sequence alone)
+        k_unmasked = kv_start + tl.maximum(prefix + tl.maximum(tok0, q_start) - q_start + 1, 0)
+        row_lo, causal_lim, k1 = _seq_rows(
+            row_lo, causal_lim, row_tok, q_start, q_end, kv_start, kv_end, tok_end
+        )
+        kv_hi = k1 - kv_start  # the sequence's range that rows of this tile see
         if SCHEDULED:
-            lo = rec_lo
-            hi = rec_hi
+            k0 = kv_start + rec_lo
+            k1 = kv_start + rec_hi
         else:
-            lo = kv_hi * 0
-            hi = kv_hi
+            k0 = kv_start
+        run_q1 = q_end
+        more_seqs = tok0 * 0  # sequences of the run after the first
+        if RECORDS:
+            q_start = tok_end  # one tile of one sequence: this run is the only one
+        else:
+            b, q_start, q_end, kv_start, kv_end = _next_seq(
+                qo_indptr_ptr, kv_indptr_ptr, b, q_end, kv_end, batch
+            )
+            if not ONE_TOKEN:
+                # sequences without queries join the run (they add no rows); the gap their KV
+                # leaves is gathered and masked as long as it stays within RUN_GAP
+                while (
+                    (q_start < tok_end)
+                    & (b < batch)
+                    & ((q_end == q_start) | (kv_start - k1 <= RUN_GAP))
+                ):
+                    if q_end > q_start:
+                        row_lo, causal_lim, k1 = _seq_rows(
+                            row_lo, causal_lim, row_tok, q_start, q_end, kv_start, kv_end,
+                            tok_end,
+                        )  # fmt: skip
+                        run_q1 = q_end
+                        more_seqs += 1
+                    b, q_start, q_end, kv_start, kv_end = _next_seq(
+                        qo_indptr_ptr, kv_indptr_ptr, b, q_end, kv_end, batch
+                    )
+        in_run = (row_tok >= run_q0) & (row_tok < run_q1)
         acc = tl.zeros([BLOCK_M, HEAD_CKV], dtype=tl.float32)
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-        idx_ptr = kv_indices_ptr + kv_start
         if ONE_TOKEN:
-            if kv_start + lo == 0:
-                pages = tl.where(offs_n < hi, spec_pages, 0)
+            if k0 == 0:
+                pages = tl.where(offs_n < k1, spec_pages, 0)
             else:
-                pages = tl.load(idx_ptr + lo + offs_n, mask=(lo + offs_n) < hi, other=0)
+                pages = tl.load(kv_indices_ptr + k0 + offs_n, mask=(k0 + offs_n) < k1, other=0)
+            mid_n = k0
         else:
-            pages = tl.load(idx_ptr + lo + offs_n, mask=(lo + offs_n) < hi, other=0)
-        if ONE_TOKEN:
-            mid_n = lo
-        else:
-            # the unmasked blocks, then the diagonal band; the band's first indices come from
-            # the first loop (loaded one step ahead up to hi)
-            kv_unmasked = tl.minimum(tl.maximum(prefix + i_first + 1, 0), kv_hi)
-            mid_n = lo + tl.maximum(tl.minimum(kv_unmasked, hi) - lo, 0) // BLOCK_N * BLOCK_N
+            pages = tl.load(kv_indices_ptr + k0 + offs_n, mask=(k0 + offs_n) < k1, other=0)
+            # a run of one sequence: the blocks every row sees run unmasked, then the diagonal
+            # band, which starts on the indices the first loop already loaded (loaded one step
+            # ahead up to k1); a run of several sequences is masked throughout
+            mid_n = k0
+            if more_seqs == 0:
+                mid_n += tl.maximum(tl.minimum(k_unmasked, k1) - k0, 0) // BLOCK_N * BLOCK_N
             acc, m_i, l_i, pages = _attend_kv_range(
-                acc, m_i, l_i, pages, q_n, q_p, ckv_ptr, kpe_ptr, idx_ptr, stride_ckv_p,
-                stride_kpe_p, lo, mid_n, hi, causal_lim, qk_scale,
-                HEAD_CKV, HEAD_KPE, BLOCK_N, False, OFFS32, INTERPRET,
+                acc, m_i, l_i, pages, q_n, q_p, ckv_ptr, kpe_ptr, kv_indices_ptr, stride_ckv_p,
+                stride_kpe_p, k0, mid_n, k1, row_lo, causal_lim, qk_scale,
+                HEAD_CKV, HEAD_KPE, BLOCK_N, False, RUNS, OFFS32, INTERPRET,
             )  # fmt: skip
         acc, m_i, l_i, pages = _attend_kv_range(
-            acc, m_i, l_i, pages, q_n, q_p, ckv_ptr, kpe_ptr, idx_ptr, stride_ckv_p, stride_kpe_p,
-            mid_n, hi, hi, causal_lim, qk_scale,
-            HEAD_CKV, HEAD_KPE, BLOCK_N, True, OFFS32, INTERPRET,
+            acc, m_i, l_i, pages, q_n, q_p, ckv_ptr, kpe_ptr, kv_indices_ptr, stride_ckv_p,
+            stride_kpe_p, mid_n, k1, k1, row_lo, causal_lim, qk_scale,
+            HEAD_CKV, HEAD_KPE, BLOCK_N, True, RUNS, OFFS32, INTERPRET,
         )  # fmt: skip
 
         seen = l_i > 0.0
@@ -433,24 +502,21 @@ def _mla_prefill_kernel(
         o_ptrs = out_ptr + o_base + o_rows + offs_ckv[None, :]
         l_ptrs = lse_ptr + l_base + row_tok64 * stride_l_t + row_head * stride_l_h
         if SCHEDULED:
-            if (lo == 0) & (hi == kv_hi):
+            if (rec_lo == 0) & (rec_hi == kv_hi):
                 # the tile's only piece (the combine skips its tokens): straight to the output
                 d_rows = row_tok64[:, None] * stride_do_t + row_head[:, None] * stride_do_h
                 d_ptrs = dst_o_ptr + d_rows + offs_ckv[None, :]
-                tl.store(d_ptrs, o.to(dst_o_ptr.dtype.element_ty), mask=in_seq[:, None])
+                tl.store(d_ptrs, o.to(dst_o_ptr.dtype.element_ty), mask=in_run[:, None])
                 d_lse = dst_lse_ptr + row_tok64 * stride_dl_t + row_head * stride_dl_h
-                tl.store(d_lse, lse, mask=in_seq)
+                tl.store(d_lse, lse, mask=in_run)
             else:
                 # a piece a row sees no key of writes only lse = -inf; the combine never reads
                 # its output
-                tl.store(o_ptrs, o.to(out_ptr.dtype.element_ty), mask=(in_seq & seen)[:, None])
-                tl.store(l_ptrs, lse, mask=in_seq)
+                tl.store(o_ptrs, o.to(out_ptr.dtype.element_ty), mask=(in_run & seen)[:, None])
+                tl.store(l_ptrs, lse, mask=in_run)
         else:
-            tl.store(o_ptrs, o.to(out_ptr.dtype.element_ty), mask=in_seq[:, None])
-            tl.store(l_ptrs, lse, mask=in_seq)
-
-        b += 1
-        q_start = q_end
+            tl.store(o_ptrs, o.to(out_ptr.dtype.element_ty), mask=in_run[:, None])
+            tl.store(l_ptrs, lse, mask=in_run)
 
 
 @triton.jit
@@ -540,8 +606,8 @@ def _mla_pooled_split_kernel(
         causal_lim = tl.zeros([NUM_HEADS], dtype=tl.int32) + (hi - 1)  # hi ends the range
         acc, m_i, l_i, pages = _attend_kv_range(
             acc, m_i, l_i, pages, q_n, q_p, ckv_ptr, kpe_ptr, idx_ptr, stride_ckv_p, stride_kpe_p,
-            lo, hi, hi, causal_lim, qk_scale,
-            HEAD_CKV, HEAD_KPE, BLOCK_N, True, OFFS32, INTERPRET,
+            lo, hi, hi, causal_lim, causal_lim, qk_scale,
+            HEAD_CKV, HEAD_KPE, BLOCK_N, True, False, OFFS32, INTERPRET,
         )  # fmt: skip
         l_div = tl.where(l_i > 0.0, l_i, 1.0)  # a piece is never empty: l > 0 always
         o = acc * (1.0 / l_div)[:, None]
@@ -549,6 +615,39 @@ def _mla_pooled_split_kernel(
         offs_ckv = tl.arange(0, HEAD_CKV)
         tl.store(part_o_ptr + slot[:, None] * HEAD_CKV + offs_ckv[None, :], o)
         tl.store(part_lse_ptr + slot, m_i + tl.math.log2(l_div))
+
+
+@triton.jit
+def _slot_owner(ends, slots, LAST: tl.constexpr):
+    """Per slot, the first index i in [0, LAST] with ``ends[i] > slot`` (``ends``: a running
+    total of slots per item): the item whose slots hold it, a vectorised binary search."""
+    lo_i = tl.zeros(slots.shape, dtype=tl.int32)
+    hi_i = tl.zeros(slots.shape, dtype=tl.int32) + LAST
+    while tl.max(hi_i - lo_i, 0) > 0:
+        mid = (lo_i + hi_i) // 2
+        past = tl.gather(ends, mid, 0) > slots
+        hi_i = tl.where(past, mid, hi_i)
+        lo_i = tl.where(past, lo_i, mid + 1)
+    return lo_i
+
+
+@triton.jit
+def _store_records(table_ptr, total_q, slots, num_slots, used, fields):
+    """Each slot's record at ``2 * total_q + REC_FIELDS * slot``: ``fields`` (tok0, tok_end,
+    q_start, q_end, kv_start, kv_end, lo, hi) where ``used``, else an empty tile (tok0 = tok_end
+    = q_start = q_end = total_q, the rest 0)."""
+    tok0, tok_end, q_start, q_end, kv_start, kv_end, lo, hi = fields
+    empty = tl.zeros(slots.shape, dtype=tl.int32) + total_q
+    rec = table_ptr + 2 * total_q + slots * REC_FIELDS
+    ok = slots < num_slots
+    tl.store(rec, tl.where(used, tok0, empty), mask=ok)
+    tl.store(rec + 1, tl.where(used, tok_end, empty), mask=ok)
+    tl.store(rec + 2, tl.where(used, q_start, empty), mask=ok)
+    tl.store(rec + 3, tl.where(used, q_end, empty), mask=ok)
+    tl.store(rec + 4, tl.where(used, kv_start, 0), mask=ok)
+    tl.store(rec + 5, tl.where(used, kv_end, 0), mask=ok)
+    tl.store(rec + 6, tl.where(used, lo, 0), mask=ok)
+    tl.store(rec + 7, tl.where(used, hi, 0), mask=ok)
 
 
 @triton.jit
@@ -601,27 +700,14 @@ def _split_schedule_kernel(
     tl.store(table_ptr + total_q + toks, tl.gather(count, lead, 0), mask=tok_ok)
     # per slot: the tile whose pieces hold it (a binary search of ``ends``) and its piece
     slots = tl.arange(0, BLOCK_SL)
-    lo_t = tl.zeros([BLOCK_SL], dtype=tl.int32)
-    hi_t = tl.zeros([BLOCK_SL], dtype=tl.int32) + (BLOCK_TQ - 1)
-    while tl.max(hi_t - lo_t, 0) > 0:  # the first token whose pieces end past the slot
-        mid = (lo_t + hi_t) // 2
-        past = tl.gather(ends, mid, 0) > slots
-        hi_t = tl.where(past, mid, hi_t)
-        lo_t = tl.where(past, lo_t, mid + 1)
+    lo_t = _slot_owner(ends, slots, BLOCK_TQ - 1)  # the first token whose pieces end past it
     used = slots < tl.sum(count, 0)
     lo = (slots - tl.gather(starts, lo_t, 0)) * chunk
     hi = tl.minimum(lo + chunk, tl.gather(work, lo_t, 0))
-    empty = tl.zeros([BLOCK_SL], dtype=tl.int32) + total_q
-    rec = table_ptr + 2 * total_q + slots * REC_FIELDS
-    ok = slots < num_slots
-    tl.store(rec, tl.where(used, lo_t, empty), mask=ok)
-    tl.store(rec + 1, tl.where(used, tl.gather(tile_end, lo_t, 0), empty), mask=ok)
-    tl.store(rec + 2, tl.where(used, tl.gather(q_start, lo_t, 0), empty), mask=ok)
-    tl.store(rec + 3, tl.where(used, tl.gather(q_end, lo_t, 0), empty), mask=ok)
-    tl.store(rec + 4, tl.where(used, tl.gather(kv_start, lo_t, 0), 0), mask=ok)
-    tl.store(rec + 5, tl.where(used, tl.gather(kv_end, lo_t, 0), 0), mask=ok)
-    tl.store(rec + 6, tl.where(used, lo, 0), mask=ok)
-    tl.store(rec + 7, tl.where(used, hi, 0), mask=ok)
+    fields = (lo_t, tl.gather(tile_end, lo_t, 0), tl.gather(q_start, lo_t, 0),
+              tl.gather(q_end, lo_t, 0), tl.gather(kv_start, lo_t, 0), tl.gather(kv_end, lo_t, 0),
+              lo, hi)  # fmt: skip
+    _store_records(table_ptr, total_q, slots, num_slots, used, fields)
 
 
 @triton.jit
@@ -670,14 +756,8 @@ def _tile_order_kernel(
     ends = tl.cumsum(n_r, 0)
     # per slot: its rank (the first whose tiles end past it), its sequence and its tile
     slots = tl.arange(0, BLOCK_SL)
-    lo_r = tl.zeros([BLOCK_SL], dtype=tl.int32)
-    hi_r = tl.zeros([BLOCK_SL], dtype=tl.int32) + (BLOCK_B - 1)
-    while tl.max(hi_r - lo_r, 0) > 0:
-        mid = (lo_r + hi_r) // 2
-        past = tl.gather(ends, mid, 0) > slots
-        hi_r = tl.where(past, mid, hi_r)
-        lo_r = tl.where(past, lo_r, mid + 1)
-    used = (slots < tl.sum(ntiles, 0)) & (slots < num_slots)
+    lo_r = _slot_owner(ends, slots, BLOCK_B - 1)
+    used = slots < tl.sum(ntiles, 0)
     b = tl.gather(seq_of, lo_r, 0)
     s_q0 = tl.gather(q0, b, 0)
     s_q1 = tl.gather(q1, b, 0)
@@ -688,17 +768,8 @@ def _tile_order_kernel(
     s_k1 = tl.gather(k1, b, 0)
     kv_len = s_k1 - s_k0
     work = tl.maximum(tl.minimum(kv_len, kv_len - (s_q1 - s_q0) + (tok_end - s_q0)), 0)
-    empty = tl.zeros([BLOCK_SL], dtype=tl.int32) + total_q
-    rec = table_ptr + 2 * total_q + slots * REC_FIELDS
-    ok = slots < num_slots
-    tl.store(rec, tl.where(used, tok0, empty), mask=ok)
-    tl.store(rec + 1, tl.where(used, tok_end, empty), mask=ok)
-    tl.store(rec + 2, tl.where(used, s_q0, empty), mask=ok)
-    tl.store(rec + 3, tl.where(used, s_q1, empty), mask=ok)
-    tl.store(rec + 4, tl.where(used, s_k0, 0), mask=ok)
-    tl.store(rec + 5, tl.where(used, s_k1, 0), mask=ok)
-    tl.store(rec + 6, tl.zeros([BLOCK_SL], dtype=tl.int32), mask=ok)
-    tl.store(rec + 7, tl.where(used, work, 0), mask=ok)
+    fields = (tok0, tok_end, s_q0, s_q1, s_k0, s_k1, work * 0, work)  # the tile's whole range
+    _store_records(table_ptr, total_q, slots, num_slots, used, fields)
 
 
 @triton.jit

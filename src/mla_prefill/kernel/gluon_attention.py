@@ -22,8 +22,8 @@ has completed; the loader's own ``P V`` of a stage completes before it refills t
 
 Output: the tile's last range (every tile has one) leaves through shared memory: each warpgroup
 writes its normalised half as bf16 into its half of Q (free once the tile's last ``Q K^T`` is
-done) and stores whole rows from there in 16-byte pieces; earlier ranges of a multi-sequence tile,
-split launches (fp32 partials) and a scheduled piece that is its tile's whole range (bf16, into
+done) and stores whole rows from there in 16-byte pieces; earlier runs of a tile (see
+``attention._mla_prefill_kernel``: a tile walks runs of sequences as one range each), split launches (fp32 partials) and a scheduled piece that is its tile's whole range (bf16, into
 the output: the combine skips its tokens) store straight from the MMA layout (``_store_range``).
 
 Semantics, tiling over tokens and sequences, the split of long KV ranges and the output contract
@@ -145,25 +145,62 @@ def _next_seq(qo_indptr_ptr, kv_indptr_ptr, b, q_end, kv_end, batch):
 
 
 @gluon.jit
-def _seq_range(q_start, q_end, kv_start, kv_end, tok_end, rec_lo, rec_hi, BLOCK_N: gl.constexpr,
-               SCHEDULED: gl.constexpr):  # fmt: skip
-    """KV positions [lo, hi) of the sequence that this program's rows of it see (a scheduled
-    split's piece: the record's), the number of BLOCK_N blocks, the sequence's prefix and whether
-    the range is all the rows see (a scheduled piece that is its tile's whole range: its output
-    is final)."""
-    kv_len = kv_end - kv_start
-    prefix = kv_len - (q_end - q_start)
+def _seq_rows(row_lo, causal_lim, row_tok, q_start, q_end, kv_start, kv_end, tok_end):
+    """Adds a sequence to a run: the rows of its tokens see KV positions [kv_start, kv_start +
+    prefix + i] of ``kv_indices`` (i: the token's index in the sequence). Returns the rows'
+    bounds and the end of the positions the tile's rows of the sequence see."""
+    prefix = (kv_end - kv_start) - (q_end - q_start)
+    in_seq = (row_tok >= q_start) & (row_tok < q_end)
+    row_lo = gl.where(in_seq, kv_start, row_lo)
+    causal_lim = gl.where(in_seq, kv_start + prefix + (row_tok - q_start), causal_lim)
     i_last = gl.minimum(tok_end, q_end) - 1 - q_start
-    kv_hi = gl.maximum(gl.minimum(kv_len, prefix + i_last + 1), 0)
+    seen = gl.maximum(gl.minimum(kv_end - kv_start, prefix + i_last + 1), 0)
+    return row_lo, causal_lim, kv_start + seen
+
+
+@gluon.jit
+def _run(qo_indptr_ptr, kv_indptr_ptr, b, q_start, q_end, kv_start, kv_end, batch, tok_end,
+         rec_lo, rec_hi, row_tok, BLOCK_N: gl.constexpr, SCHEDULED: gl.constexpr,
+         RECORDS: gl.constexpr):  # fmt: skip
+    """The run of sequences that starts at sequence b (see ``attention._mla_prefill_kernel``):
+    b and the next ones with rows in the tile, while each starts within ``BLOCK_N`` positions
+    of the run's end in ``kv_indices`` (query-less sequences join it and add no rows).
+
+    Returns the next run's first sequence (b, q_start, q_end, kv_start, kv_end), the run's KV
+    positions [k0, k1) (a scheduled split's piece: its record's), its tokens [q0, q1), whether
+    the range is all its rows see (a scheduled piece that is its tile's whole range: the output
+    is final), and per row of ``row_tok`` the positions it sees, [row_lo, causal_lim] (rows
+    outside the run: none)."""
+    row_lo = row_tok * 0 + 2147483647
+    causal_lim = row_tok * 0 - 1
+    q0 = q_start
+    row_lo, causal_lim, k1 = _seq_rows(
+        row_lo, causal_lim, row_tok, q_start, q_end, kv_start, kv_end, tok_end
+    )
     if SCHEDULED:
-        lo = rec_lo
-        hi = rec_hi
-        final = (lo == 0) & (hi == kv_hi)
+        final = (rec_lo == 0) & (rec_hi == k1 - kv_start)
+        k0 = kv_start + rec_lo
+        k1 = kv_start + rec_hi
     else:
-        hi = kv_hi
-        lo = hi * 0
-        final = hi == hi
-    return lo, hi, gl.cdiv(hi - lo, BLOCK_N), prefix, final
+        final = k1 == k1
+        k0 = kv_start
+    q1 = q_end
+    if RECORDS:
+        q_start = tok_end  # one tile of one sequence: the only run
+    else:
+        b, q_start, q_end, kv_start, kv_end = _next_seq(
+            qo_indptr_ptr, kv_indptr_ptr, b, q_end, kv_end, batch
+        )
+        while (q_start < tok_end) & (b < batch) & ((q_end == q_start) | (kv_start - k1 <= BLOCK_N)):
+            if q_end > q_start:
+                row_lo, causal_lim, k1 = _seq_rows(
+                    row_lo, causal_lim, row_tok, q_start, q_end, kv_start, kv_end, tok_end
+                )
+                q1 = q_end
+            b, q_start, q_end, kv_start, kv_end = _next_seq(
+                qo_indptr_ptr, kv_indptr_ptr, b, q_end, kv_end, batch
+            )
+    return b, q_start, q_end, kv_start, kv_end, k0, k1, q0, q1, final, row_lo, causal_lim
 
 
 @gluon.jit
@@ -299,10 +336,12 @@ def _loader_partition(
     it = tok0 * 0  # KV blocks of this program so far: stage and phase bookkeeping
     nfin = tok0 * 0  # sequences with a non-empty range so far: phase of `fin`
     while (q_start < tok_end) & (b < batch):
-        lo, hi, n, prefix, final = _seq_range(
-            q_start, q_end, kv_start, kv_end, tok_end, rec_lo, rec_hi, BLOCK_N, SCHEDULED
-        )
-        idx_ptr = kv_indices_ptr + kv_start
+        b, q_start, q_end, kv_start, kv_end, lo, hi, q0, q1, final, _, _ = _run(
+            qo_indptr_ptr, kv_indptr_ptr, b, q_start, q_end, kv_start, kv_end, batch, tok_end,
+            rec_lo, rec_hi, row_tok, BLOCK_N, SCHEDULED, RECORDS,
+        )  # fmt: skip
+        n = gl.cdiv(hi - lo, BLOCK_N)
+        idx_ptr = kv_indices_ptr
         acc = gl.zeros([BLOCK_M, HALF], gl.float32, layout=O_LAYOUT)
         l_i = gl.zeros([BLOCK_M], gl.float32, layout=ROW_O)
         if n > 0:
@@ -325,11 +364,8 @@ def _loader_partition(
         it += n
         # the tile's last range: the softmax warpgroup has done every Q K^T (`fin`), so its half
         # of Q can stage the store (a range without keys did not wait: Q may still be landing)
-        _store_range(q_hi, (n > 0) & (q_end >= tok_end), out, final, acc, l_i, tok0, row_tok,
-                     offs_m, offs_d, q_start, q_end, 0, o_base, NUM_HEADS, SCHEDULED)  # fmt: skip
-        b, q_start, q_end, kv_start, kv_end = _next_seq(
-            qo_indptr_ptr, kv_indptr_ptr, b, q_end, kv_end, batch
-        )
+        _store_range(q_hi, (n > 0) & (q1 >= tok_end), out, final, acc, l_i, tok0, row_tok,
+                     offs_m, offs_d, q0, q1, 0, o_base, NUM_HEADS, SCHEDULED)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -352,13 +388,19 @@ def _issue_qk(q_lo, q_hi, q_pe, kv_lo, kv_hi, pe_bufs, ready, g, s_layout: gl.co
 
 
 @gluon.jit
-def _softmax_step(s, m_i, l_i, start, min_lim, causal_lim, hi, qk_scale, BLOCK_N: gl.constexpr):
+def _softmax_step(s, m_i, l_i, start, bounds, hi, qk_scale, BLOCK_N: gl.constexpr,
+                  RUNS: gl.constexpr):  # fmt: skip
     """Online-softmax step in base 2 over keys [start, start + BLOCK_N): (p, alpha, m, l).
-    The mask is applied only where some key of the block is past a row's causal bound or hi."""
+    ``bounds``: (row_lo, causal_lim, their max and min); row r sees key j when ``row_lo[r] <= j
+    <= causal_lim[r]`` (row_lo only with ``RUNS``). The mask is applied only where some key of
+    the block is outside a row's bounds or past hi."""
+    row_lo, causal_lim, max_lo, min_lim = bounds
     s = s * qk_scale
-    if (start + BLOCK_N - 1 > min_lim) | (start + BLOCK_N > hi):
+    if (start + BLOCK_N - 1 > min_lim) | (start + BLOCK_N > hi) | (start < max_lo):
         cols = start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
         keep = (cols[None, :] <= causal_lim[:, None]) & (cols[None, :] < hi)
+        if RUNS:
+            keep = keep & (cols[None, :] >= row_lo[:, None])
         s = gl.where(keep, s, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, 1))
     # a row that has seen no key yet keeps m = -inf; use 0 so exp2 gives 0, not NaN
@@ -397,6 +439,7 @@ def _softmax_partition(
     q_lo, q_hi, q_pe, kv_lo, kv_hi, pe_bufs, alpha_s, l_s = smem
     ready, empty, p_ready, fin = bars
     BLOCK_M: gl.constexpr = BLOCK_T * NUM_HEADS
+    RUNS: gl.constexpr = not RECORDS  # tiles of the global tiling walk runs of sequences
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
     )
@@ -444,12 +487,13 @@ def _softmax_partition(
 
     it = tok0 * 0
     while (q_start < tok_end) & (b < batch):
-        lo, hi, n, prefix, final = _seq_range(
-            q_start, q_end, kv_start, kv_end, tok_end, rec_lo, rec_hi, BLOCK_N, SCHEDULED
-        )
-        in_seq = (row_tok >= q_start) & (row_tok < q_end)
-        causal_lim = gl.where(in_seq, prefix + (row_tok - q_start), -1)
-        min_lim = gl.min(causal_lim, 0)
+        b, q_start, q_end, kv_start, kv_end, lo, hi, q0, q1, final, row_lo, causal_lim = _run(
+            qo_indptr_ptr, kv_indptr_ptr, b, q_start, q_end, kv_start, kv_end, batch, tok_end,
+            rec_lo, rec_hi, row_tok, BLOCK_N, SCHEDULED, RECORDS,
+        )  # fmt: skip
+        n = gl.cdiv(hi - lo, BLOCK_N)
+        in_seq = (row_tok >= q0) & (row_tok < q1)
+        bounds = (row_lo, causal_lim, gl.max(row_lo, 0), gl.min(causal_lim, 0))
         acc = gl.zeros([BLOCK_M, HALF], gl.float32, layout=O_LAYOUT)
         m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=row_s)
         l_i = gl.zeros([BLOCK_M], gl.float32, layout=row_s)
@@ -462,7 +506,7 @@ def _softmax_partition(
                 )
                 gl.thread_barrier()  # every warp's part of Q K^T is done: P may take the kpe slot
                 p, alpha, m_i, l_i = _softmax_step(
-                    s, m_i, l_i, lo + k * BLOCK_N, min_lim, causal_lim, hi, qk_scale, BLOCK_N
+                    s, m_i, l_i, lo + k * BLOCK_N, bounds, hi, qk_scale, BLOCK_N, RUNS
                 )
                 acc = acc * gl.convert_layout(alpha, ROW_O)[:, None]
                 p = p.to(gl.bfloat16)
@@ -482,8 +526,8 @@ def _softmax_partition(
 
         l_o = gl.convert_layout(l_i, ROW_O)
         # the tile's last range: every Q K^T is done, so Q's shared memory is free
-        _store_range(q_lo, q_end >= tok_end, out, final, acc, l_o, tok0, row_tok_o, offs_mo,
-                     offs_d, q_start, q_end, HALF, o_base, NUM_HEADS, SCHEDULED)  # fmt: skip
+        _store_range(q_lo, q1 >= tok_end, out, final, acc, l_o, tok0, row_tok_o, offs_mo,
+                     offs_d, q0, q1, HALF, o_base, NUM_HEADS, SCHEDULED)  # fmt: skip
         seen = l_i > 0.0
         lse = gl.where(seen, m_i + gl.log2(gl.where(seen, l_i, 1.0)), float("-inf"))
         row_tok64 = row_tok.to(gl.int64)
@@ -493,9 +537,6 @@ def _softmax_partition(
             if final:  # the tile's whole range: the output's lse (the combine skips the tile)
                 l_ptrs = dst_lse_ptr + row_tok64 * stride_dl_t + heads * stride_dl_h
         gl.store(l_ptrs, lse, mask=in_seq)
-        b, q_start, q_end, kv_start, kv_end = _next_seq(
-            qo_indptr_ptr, kv_indptr_ptr, b, q_end, kv_end, batch
-        )
 
 
 @gluon.jit

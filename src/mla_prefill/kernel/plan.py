@@ -160,8 +160,6 @@ def plan_launches(
             (("num_warps", SCHEDULE_WARPS),),
         )  # fmt: skip
         dst = (ARG_OUT, ARG_LSE, ARG_TABLE)
-        o_strides = (0, *s.out_strides)
-        l_strides = (0, *s.lse_strides)
         grid = (slots,)
     elif config.split:
         # the schedule's work table, then one program per piece: partials [slots, block_t, 16,
@@ -182,9 +180,11 @@ def plan_launches(
         grid = (slots,)
     else:
         dst = (ARG_OUT, ARG_LSE, "qo_indptr")  # (the table's pointer is not read)
+        grid = (-(-T // bt),)
+    if not config.split:
+        # programs write the output itself: no piece stride
         o_strides = (0, *s.out_strides)
         l_strides = (0, *s.lse_strides)
-        grid = (-(-T // bt),)
     args = (
         *TENSOR_SLOTS, *dst, ARG_OUT, ARG_LSE, *qs, *o_strides, *l_strides, *s.out_strides,
         *s.lse_strides, T, s.batch, ARG_SCALE,
