@@ -723,10 +723,43 @@ def test_fuzz_coverage_counts_each_split_path():
         dict(base, total_q=400, kernel="triton", block_t=4, num_splits=3),  # per-tile, Triton
         dict(base, total_q=5, kernel="triton", block_t=1, num_splits=1),  # no split
         dict(base, total_q=900, kernel="gluon", block_t=4, num_splits=1, ordered=True),
+        dict(
+            base,
+            total_q=9,
+            kernel="gluon",
+            block_t=4,
+            num_splits=1,
+            multi_seq_tiles=2,
+            run_gap_tiles=1,
+        ),  # fmt: skip
+        dict(
+            base,
+            total_q=9,
+            kernel="gluon",
+            block_t=4,
+            num_splits=1,
+            multi_seq_tiles=1,
+            run_gap_tiles=0,
+        ),  # fmt: skip
     ]
     cov = coverage(runs)
-    paths = ("kv_split_path", "gluon_kv_split_path", "pooled_kv_split_path", "ordered_tiles")
-    assert [cov[k] for k in paths] == [3, 1, 1, 1]
+    paths = ("kv_split_path", "gluon_kv_split_path", "pooled_kv_split_path", "ordered_tiles",
+             "multi_sequence_tiles", "run_gaps")  # fmt: skip
+    assert [cov[k] for k in paths] == [3, 1, 1, 1, 2, 1]
+
+
+def test_fuzz_counts_tiles_that_walk_runs():
+    """``fuzz.tile_runs`` on the run cases: tiles of several sequences, and those with a
+    query-less sequence with KV between two of them."""
+    from mla_prefill.fuzz import tile_runs
+
+    # 4-token tiles of "gaps": [0, 4) holds sequences 0, 2, 4 (gaps of 7 and 40 positions),
+    # [4, 8) sequences 4, 7, 9 (a gap of 17), [8, 9) sequence 9 alone
+    assert tile_runs(RUN_CASES["gaps"], 4) == (2, 2)
+    assert tile_runs(RUN_CASES["gaps"], 2) == (2, 2)  # [2, 4) and [4, 6), both with a gap
+    assert tile_runs([(8, 8)], 4) == (0, 0)
+    assert tile_runs([(1, 1)] * 9, 4) == (2, 0)
+    assert tile_runs([(5, 5), (0, 9), (0, 0), (3, 3)], 4) == (1, 1)
 
 
 def test_fuzz_resume_continues_the_same_batches(tmp_path, device):

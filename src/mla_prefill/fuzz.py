@@ -14,7 +14,7 @@ import time
 import tokenize
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -123,7 +123,7 @@ def check_batch(
 
 def _launch(batch: Batch, device: str, target: Optional[str] = None) -> dict:
     """The kernel, tile and KV split count our launcher picks for this batch (the path it
-    exercised)."""
+    exercised), and, for tiles of the global tiling, how many walk runs of several sequences."""
     from mla_prefill.kernel.main import default_config
 
     T = sum(q for q, _ in batch.lengths)
@@ -131,8 +131,31 @@ def _launch(batch: Batch, device: str, target: Optional[str] = None) -> dict:
         return {"kernel": "none", "num_splits": 0, "block_t": 0, "ordered": False}
     n_kv = sum(k for _, k in batch.lengths)
     cfg = default_config(T, len(batch.lengths), n_kv, torch.device(device), target=target)
+    global_tiling = cfg.block_t > 1 and not cfg.split and not cfg.ordered
+    multi, gaps = tile_runs(batch.lengths, cfg.block_t) if global_tiling else (0, 0)
     return {"kernel": cfg.kernel, "num_splits": cfg.num_splits, "block_t": cfg.block_t,
-            "ordered": cfg.ordered}  # fmt: skip
+            "ordered": cfg.ordered, "multi_seq_tiles": multi, "run_gap_tiles": gaps}  # fmt: skip
+
+
+def tile_runs(lengths: List[Tuple[int, int]], block_t: int) -> Tuple[int, int]:
+    """Of the global tiling in ``block_t``-token tiles: the tiles that hold several sequences
+    (with queries), and those of them with a query-less sequence with KV between two of its
+    sequences (a gap in the run's KV range; ``attention._mla_prefill_kernel``)."""
+    first: Dict[int, int] = {}  # tile -> its first and last sequence with queries
+    last: Dict[int, int] = {}
+    t = 0
+    for b, (q, _) in enumerate(lengths):
+        for tile in range(t // block_t, (t + q - 1) // block_t + 1) if q else ():
+            first.setdefault(tile, b)
+            last[tile] = b
+        t += q
+    multi = gaps = 0
+    for tile, b0 in first.items():
+        b1 = last[tile]
+        if b1 > b0:
+            multi += 1
+            gaps += any(q == 0 and k > 0 for q, k in lengths[b0 + 1 : b1])
+    return multi, gaps
 
 
 def coverage(results: List[dict]) -> dict:
@@ -155,6 +178,9 @@ def coverage(results: List[dict]) -> dict:
             r["num_splits"] > 1 and pools_ranges(r.get("block_t"), r.get("kernel")) for r in results
         ),
         "ordered_tiles": sum(bool(r.get("ordered")) for r in results),
+        # tiles that walk runs of several sequences (older result files lack the counts)
+        "multi_sequence_tiles": sum(r.get("multi_seq_tiles", 0) > 0 for r in results),
+        "run_gaps": sum(r.get("run_gap_tiles", 0) > 0 for r in results),
         "total_q_ge_8k": sum(r["total_q"] >= 8192 for r in results),
         "last_page_used": len(results),  # every batch maps some position to page num_pages - 1
     }
