@@ -20,11 +20,13 @@ block overwrites that block's kpe slot once every warp's part of its ``Q K^T`` i
 shape and layout). The stage is released (``empty``) when the softmax warpgroup's ``P V`` of it
 has completed; the loader's own ``P V`` of a stage completes before it refills that stage.
 
-Output: the tile's last range (every tile has one) leaves through shared memory: each warpgroup
-writes its normalised half as bf16 into its half of Q (free once the tile's last ``Q K^T`` is
-done) and stores whole rows from there in 16-byte pieces; earlier runs of a tile (see
-``attention._mla_prefill_kernel``: a tile walks runs of sequences as one range each), split launches (fp32 partials) and a scheduled piece that is its tile's whole range (bf16, into
-the output: the combine skips its tokens) store straight from the MMA layout (``_store_range``).
+A tile of the global tiling walks its sequences as runs, one KV range each (``_run``; see
+``attention._mla_prefill_kernel``). Output: the tile's last run (every tile has one) leaves
+through shared memory: each warpgroup writes its normalised half as bf16 into its half of Q
+(free once the tile's last ``Q K^T`` is done) and stores whole rows from there in 16-byte
+pieces; earlier runs of a tile, split launches (fp32 partials) and a scheduled piece that is
+its tile's whole range (bf16, into the output: the combine skips its tokens) store straight
+from the MMA layout (``_store_range``).
 
 Semantics, tiling over tokens and sequences, the split of long KV ranges and the output contract
 are those of ``attention._mla_prefill_kernel`` (same arguments); see its docstring.
@@ -206,7 +208,7 @@ def _run(qo_indptr_ptr, kv_indptr_ptr, b, q_start, q_end, kv_start, kv_end, batc
 @gluon.jit
 def _store_rows(out_ptr, o, l_i, row_tok, offs_m, offs_d, q_start, q_end, o_base,
                 stride_o_t, stride_o_h, NUM_HEADS: gl.constexpr, SCHEDULED: gl.constexpr):  # fmt: skip
-    """Normalise and store this warpgroup's output columns of the rows of one sequence. Split
+    """Normalise and store this warpgroup's output columns of the rows of one run. Split
     launches leave rows that saw no key unwritten (the combine reads their lse of -inf)."""
     seen = l_i > 0.0
     o = o * (1.0 / gl.where(seen, l_i, 1.0))[:, None]  # one division per row
@@ -334,7 +336,7 @@ def _loader_partition(
     o_base = _out_base(tok0, stride_o_s, stride_o_t, SCHEDULED)
     row_tok = tok0 + offs_m // NUM_HEADS
     it = tok0 * 0  # KV blocks of this program so far: stage and phase bookkeeping
-    nfin = tok0 * 0  # sequences with a non-empty range so far: phase of `fin`
+    nfin = tok0 * 0  # runs with a non-empty range so far: phase of `fin`
     while (q_start < tok_end) & (b < batch):
         b, q_start, q_end, kv_start, kv_end, lo, hi, q0, q1, final, _, _ = _run(
             qo_indptr_ptr, kv_indptr_ptr, b, q_start, q_end, kv_start, kv_end, batch, tok_end,
