@@ -717,30 +717,15 @@ def test_fuzz_coverage_counts_each_split_path():
     from mla_prefill.fuzz import coverage
 
     base = dict(empty_seqs=0, max_q_len=1, max_kv_len=10, batch_size=1, duplicate_pages=[])
+    tiled = dict(base, total_q=9, kernel="gluon", block_t=4, num_splits=1)  # the global tiling
     runs = [
         dict(base, total_q=22, kernel="triton", block_t=1, num_splits=6),  # pooled
         dict(base, total_q=400, kernel="gluon", block_t=4, num_splits=3),  # per-tile, Gluon
         dict(base, total_q=400, kernel="triton", block_t=4, num_splits=3),  # per-tile, Triton
         dict(base, total_q=5, kernel="triton", block_t=1, num_splits=1),  # no split
         dict(base, total_q=900, kernel="gluon", block_t=4, num_splits=1, ordered=True),
-        dict(
-            base,
-            total_q=9,
-            kernel="gluon",
-            block_t=4,
-            num_splits=1,
-            multi_seq_tiles=2,
-            run_gap_tiles=1,
-        ),  # fmt: skip
-        dict(
-            base,
-            total_q=9,
-            kernel="gluon",
-            block_t=4,
-            num_splits=1,
-            multi_seq_tiles=1,
-            run_gap_tiles=0,
-        ),  # fmt: skip
+        dict(tiled, multi_seq_tiles=2, run_gap_tiles=1),  # runs, one with a gap
+        dict(tiled, multi_seq_tiles=1, run_gap_tiles=0),
     ]
     cov = coverage(runs)
     paths = ("kv_split_path", "gluon_kv_split_path", "pooled_kv_split_path", "ordered_tiles",
