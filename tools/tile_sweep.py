@@ -39,12 +39,8 @@ from mla_prefill.bench import (
 from mla_prefill.blobs import LENGTHS_FILE
 from mla_prefill.fuzz import Batch, kernel_sha256, make_batch_inputs
 from mla_prefill.io import INPUTS, repo_root
-from mla_prefill.kernel.config import (
-    MAX_ORDERED_TILES,
-    PARTIAL_BYTES_CAP,
-    KernelConfig,
-    choose_config,
-)
+from mla_prefill.kernel.config import PARTIAL_BYTES_CAP, KernelConfig, choose_config
+from mla_prefill.kernel.main import config_problems
 from mla_prefill.kernel.targets import TARGETS
 from mla_prefill.kernel.validate import HEAD_DIM_CKV, NUM_QO_HEADS
 
@@ -76,8 +72,9 @@ def candidates(T: int, B: int, K: int):
         c += [KernelConfig(1, 64, 1, 128, 8, 2), KernelConfig(1, 32, 1, 128, 8, 3)]
     tiles = -(-T // 4)
     c.append(KernelConfig(4, 64, 1, 128, 4, 2, "gluon"))
-    if B > 1 and H200.num_sms <= tiles and tiles + B <= MAX_ORDERED_TILES:
-        c.append(KernelConfig(4, 64, 1, 128, 4, 2, "gluon", ordered=True))
+    ordered = KernelConfig(4, 64, 1, 128, 4, 2, "gluon", ordered=True)
+    if B > 1 and H200.num_sms <= tiles and not config_problems(ordered, T, B, H200, False):
+        c.append(ordered)  # within the order kernel's bounds (tiles, sequences)
     if K >= 2 * T:
         # scheduled splits: pieces of one size over about w waves of programs
         for w in (1, 2, 3, 4, 6):

@@ -140,7 +140,8 @@ def _launch(batch: Batch, device: str, target: Optional[str] = None) -> dict:
 def tile_runs(lengths: List[Tuple[int, int]], block_t: int) -> Tuple[int, int]:
     """Of the global tiling in ``block_t``-token tiles: the tiles that hold several sequences
     (with queries), and those of them with a query-less sequence with KV between two of its
-    sequences (a gap in the run's KV range; ``attention._mla_prefill_kernel``)."""
+    sequences (a gap: walked and masked within one KV step, else the start of a new run;
+    ``attention._mla_prefill_kernel``)."""
     first: Dict[int, int] = {}  # tile -> its first and last sequence with queries
     last: Dict[int, int] = {}
     t = 0
