@@ -35,6 +35,7 @@ def test_one_tile_launch_writes_the_output_with_its_strides():
     assert launch.args[i : i + 5] == ("output", "lse", "qo_indptr", "output", "lse")
     assert launch.args[i + 11 : i + 21] == (0, 16 * 1024, 1024, 0, 16, 1, 16 * 1024, 1024, 16, 1)
     assert dict(launch.consts)["SCHEDULED"] is False
+    assert not dict(launch.consts)["WAIT_TABLE"] and not dict(launch.options)["launch_pdl"]
 
 
 def test_scheduled_split_plans_a_schedule_partials_and_a_combine():
@@ -58,6 +59,13 @@ def test_scheduled_split_plans_a_schedule_partials_and_a_combine():
     # a tile of one piece wrote its tokens' output: the combine skips them
     assert dict(combine.consts)["ROWS"] == 4 and dict(combine.consts)["DIRECT"] is True
     assert dict(combine.options)["launch_pdl"] is True  # sm_90: programmatic dependent launch
+    # the attention launch overlaps the schedule's: it waits for the table in the kernel
+    assert dict(schedule.consts)["USE_PDL"] is True
+    assert dict(main.options)["launch_pdl"] is True and dict(main.consts)["WAIT_TABLE"] is True
+    # without a GPU (the interpreter) nothing is a dependent launch
+    cpu = plan_launches(shape(400, 1, 4000), cfg, 0, True)
+    assert not dict(cpu.launches[1].options)["launch_pdl"]
+    assert not dict(cpu.launches[1].consts)["WAIT_TABLE"]
 
 
 def test_scheduled_split_has_a_program_for_every_tile():

@@ -73,8 +73,8 @@ def candidates(T: int, B: int, K: int):
     tiles = -(-T // 4)
     c.append(KernelConfig(4, 64, 1, 128, 4, 2, "gluon"))
     ordered = KernelConfig(4, 64, 1, 128, 4, 2, "gluon", ordered=True)
-    if B > 1 and H200.num_sms <= tiles and not config_problems(ordered, T, B, H200, False):
-        c.append(ordered)  # within the order kernel's bounds (tiles, sequences)
+    if B > 1 and H200.num_sms <= tiles:
+        c.append(ordered)
     if K >= 2 * T:
         # scheduled splits: pieces of one size over about w waves of programs
         for w in (1, 2, 3, 4, 6):
@@ -87,7 +87,8 @@ def candidates(T: int, B: int, K: int):
             for s in (2, 4, 8)
             if s * T * PARTIAL_ROW_BYTES <= PARTIAL_BYTES_CAP
         ]
-    return c
+    # only what the dispatcher accepts for this batch (the order kernel's and a split's bounds)
+    return [x for x in c if not config_problems(x, T, B, H200, False)]
 
 
 def name(c: KernelConfig) -> str:

@@ -332,6 +332,7 @@ def _mla_prefill_kernel(
     BLOCK_N: tl.constexpr,
     SCHEDULED: tl.constexpr,  # a split: program q attends the piece of record q (see below)
     RECORDS: tl.constexpr,  # program q's tile is record q's (SCHEDULED, or tiles in work order)
+    WAIT_TABLE: tl.constexpr,  # a programmatic dependent launch of the table kernel: wait for it
     OFFS32: tl.constexpr,  # num_pages * page stride < 2**31 for both caches: 32-bit gather offsets
     GUESS32: tl.constexpr,  # total_q * batch < 2**31: the first-sequence guess in 32 bits
     INTERPRET: tl.constexpr,
@@ -354,6 +355,8 @@ def _mla_prefill_kernel(
         # split, a piece [lo, hi) of its KV; a split's partial rows start at slot * BLOCK_T
         # (o_base), or, when the piece is the tile's whole range, at the rows of dst_o /
         # dst_lse (the destinations themselves)
+        if WAIT_TABLE:
+            gdc_wait()  # the table kernel has finished and its records are visible
         rec = table_ptr + 2 * total_q + tl.program_id(0) * REC_FIELDS
         tok0 = tl.load(rec)
         tok_end = tl.load(rec + 1)
@@ -664,6 +667,7 @@ def _split_schedule_kernel(
     BLOCK_TQ: tl.constexpr,  # >= total_q
     BLOCK_SL: tl.constexpr,  # >= num_slots
     GUESS32: tl.constexpr,
+    USE_PDL: tl.constexpr,  # sm_90+: the attention launch may start while this program runs
 ):
     """The work of a scheduled split (one program): the KV ranges of all query tiles cut into
     pieces of one size, one attention program (slot) each.
@@ -680,6 +684,8 @@ def _split_schedule_kernel(
     in the tile), ``table[total_q + t]`` = its tile's piece count (rows of later pieces follow
     ``BLOCK_T`` apart), and at ``2 * total_q + REC_FIELDS * slot`` each slot's record.
     """
+    if USE_PDL:
+        gdc_launch_dependents()  # one program: the attention programs wait in gdc_wait
     toks = tl.arange(0, BLOCK_TQ)
     tok_ok = toks < total_q
     q_start, q_end, kv_start, kv_end = _token_seqs(
@@ -722,6 +728,7 @@ def _tile_order_kernel(
     BLOCK_N: tl.constexpr,
     LOG_B: tl.constexpr,  # 2 ** LOG_B >= batch
     BLOCK_SL: tl.constexpr,  # >= num_slots
+    USE_PDL: tl.constexpr,  # sm_90+: the attention launch may start while this program runs
 ):
     """The tiles of a batch in work order (one program), one attention program (slot) each:
     sequence b's queries in tiles of ``BLOCK_T`` tokens from its first (a tile is one
@@ -739,6 +746,8 @@ def _tile_order_kernel(
     ``_split_schedule_kernel``'s, ``[lo, hi)`` the tile's whole range); slots past the last tile
     get an empty record (``tok0 = tok_end = q_start = total_q``).
     """
+    if USE_PDL:
+        gdc_launch_dependents()  # one program: the attention programs wait in gdc_wait
     BLOCK_B: tl.constexpr = 1 << LOG_B
     seqs = tl.arange(0, BLOCK_B)
     seq_ok = seqs < batch

@@ -41,8 +41,14 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
+from triton.language.extra.cuda import gdc_wait
 
-from .attention import REC_FIELDS  # a scheduled split's record per program
+# shared with the Triton kernel (a Gluon function may call a Triton one)
+from .attention import (
+    REC_FIELDS,  # a scheduled split's record per program
+    _next_seq,
+    _seq_rows,
+)
 
 HALF = gl.constexpr(256)  # output columns per warpgroup; ckv is stored as two halves
 NUM_STAGES = gl.constexpr(2)  # gathered KV blocks in shared memory
@@ -134,30 +140,6 @@ def _first_seq(qo_indptr_ptr, kv_indptr_ptr, table_ptr, tok0, total_q, batch,
         lo = b * 0
         hi = b * 0
     return b, q_start, q_end, kv_start, kv_end, lo, hi
-
-
-@gluon.jit
-def _next_seq(qo_indptr_ptr, kv_indptr_ptr, b, q_end, kv_end, batch):
-    """Bounds of sequence b + 1 (the loads are masked off past the last sequence)."""
-    b += 1
-    more = b < batch
-    q_next = gl.load(qo_indptr_ptr + b + 1, mask=more, other=0)
-    kv_next = gl.load(kv_indptr_ptr + b + 1, mask=more, other=0)
-    return b, q_end, q_next, kv_end, kv_next
-
-
-@gluon.jit
-def _seq_rows(row_lo, causal_lim, row_tok, q_start, q_end, kv_start, kv_end, tok_end):
-    """Adds a sequence to a run: the rows of its tokens see KV positions [kv_start, kv_start +
-    prefix + i] of ``kv_indices`` (i: the token's index in the sequence). Returns the rows'
-    bounds and the end of the positions the tile's rows of the sequence see."""
-    prefix = (kv_end - kv_start) - (q_end - q_start)
-    in_seq = (row_tok >= q_start) & (row_tok < q_end)
-    row_lo = gl.where(in_seq, kv_start, row_lo)
-    causal_lim = gl.where(in_seq, kv_start + prefix + (row_tok - q_start), causal_lim)
-    i_last = gl.minimum(tok_end, q_end) - 1 - q_start
-    seen = gl.maximum(gl.minimum(kv_end - kv_start, prefix + i_last + 1), 0)
-    return row_lo, causal_lim, kv_start + seen
 
 
 @gluon.jit
@@ -551,7 +533,7 @@ def _mla_prefill_ws_kernel(
     total_q, batch, qk_scale,
     NUM_HEADS: gl.constexpr, HEAD_CKV: gl.constexpr, HEAD_KPE: gl.constexpr,
     BLOCK_T: gl.constexpr, BLOCK_N: gl.constexpr, SCHEDULED: gl.constexpr, RECORDS: gl.constexpr,
-    OFFS32: gl.constexpr,
+    WAIT_TABLE: gl.constexpr, OFFS32: gl.constexpr,
 ):  # fmt: skip
     """Same arguments and contract as ``attention._mla_prefill_kernel``; launch with num_warps=4
     (the softmax warpgroup); the loader warpgroup is the worker partition."""
@@ -582,6 +564,8 @@ def _mla_prefill_ws_kernel(
         mbarrier.init(empty.index(i), count=1)
         mbarrier.init(p_ready.index(i), count=1)
     mbarrier.init(fin.index(0), count=1)
+    if WAIT_TABLE:
+        gdc_wait()  # launched while the table kernel ran: its records are visible from here
 
     smem = (q_lo, q_hi, q_pe, kv_lo, kv_hi, pe_bufs, alpha_s, l_s)
     bars = (ready, empty, p_ready, fin)

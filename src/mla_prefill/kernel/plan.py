@@ -156,7 +156,7 @@ def plan_launches(
             ("qo_indptr", "kv_indptr", ARG_TABLE, T, s.batch, slots),
             (("BLOCK_T", bt), ("BLOCK_N", config.block_n),
              ("LOG_B", max(4, (s.batch - 1).bit_length())),
-             ("BLOCK_SL", max(16, pow2_at_least(slots)))),
+             ("BLOCK_SL", max(16, pow2_at_least(slots))), ("USE_PDL", pdl)),
             (("num_warps", SCHEDULE_WARPS),),
         )  # fmt: skip
         dst = (ARG_OUT, ARG_LSE, ARG_TABLE)
@@ -171,7 +171,7 @@ def plan_launches(
             ("qo_indptr", "kv_indptr", ARG_TABLE, T, s.batch, slots),
             (("BLOCK_T", bt), ("BLOCK_N", config.block_n), ("MIN_CHUNK", config.min_chunk),
              ("BLOCK_TQ", block_tq), ("BLOCK_SL", max(16, pow2_at_least(slots))),
-             ("GUESS32", guess32)),
+             ("GUESS32", guess32), ("USE_PDL", pdl)),
             (("num_warps", SCHEDULE_WARPS),),
         )  # fmt: skip
         dst = (ARG_PART_O, ARG_PART_LSE, ARG_TABLE)
@@ -189,16 +189,19 @@ def plan_launches(
         *TENSOR_SLOTS, *dst, ARG_OUT, ARG_LSE, *qs, *o_strides, *l_strides, *s.out_strides,
         *s.lse_strides, T, s.batch, ARG_SCALE,
     )  # fmt: skip
+    # after a table kernel, a programmatic dependent launch: its launch overlaps the table's
+    wait = pdl and (config.split or config.ordered)
     consts = (
         *heads, ("BLOCK_T", bt), ("BLOCK_N", config.block_n), ("SCHEDULED", config.split),
-        ("RECORDS", config.split or config.ordered), ("OFFS32", offs32),
+        ("RECORDS", config.split or config.ordered), ("WAIT_TABLE", wait), ("OFFS32", offs32),
     )  # fmt: skip
     if config.kernel == "gluon":
-        main = Launch("gluon", grid, args, consts, (("num_warps", 4),))
+        main = Launch("gluon", grid, args, consts, (("num_warps", 4), ("launch_pdl", wait)))
     else:
         main = Launch(
             "tile", grid, (*args, s.num_kv),
-            (*consts, ("GUESS32", guess32), ("INTERPRET", interpret)), stages,
+            (*consts, ("GUESS32", guess32), ("INTERPRET", interpret)),
+            (*stages, ("launch_pdl", wait)),
         )  # fmt: skip
     if config.ordered:
         return LaunchPlan(config, (), 2 * T + REC_FIELDS * slots, (order, main))
