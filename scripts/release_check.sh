@@ -10,7 +10,8 @@
 #       previous kernel with the checkout's blob/workload_lengths.json beside it, e.g.
 #       `git archive REV src blob/workload_lengths.json | tar -x -C DIR`, BASELINE_SRC=DIR/src),
 #       tools/tile_sweep.py on SWEEP_KINDS with the baseline's sources and with these, then
-#       mla-prefill bench (the 38); alone on the GPU
+#       mla-prefill bench (the 38; BENCH_38=0 leaves it out when their launches are unchanged);
+#       alone on the GPU
 #   bash scripts/gpu_check.sh run --force       (~4 min: flashinfer-bench's evaluator, traces/)
 # Results go to $OUT under the names benchmarks/results/ uses (<gpu>-random.json, <gpu>.json,
 # fuzz-*.json, sanitizer.log), the logs to $OUT/<mode>-logs.tgz.
@@ -57,7 +58,7 @@ correctness)
   for f in fuzz-call fuzz-b200 fuzz-plan; do tail -1 "/tmp/$f.log" | cut -c1-160; done
   ;;
 performance)
-  timeout 160 python3 -m mla_prefill.bench --random 60 --seed 7 --output "$OUT/$tag-random.json" \
+  timeout 240 python3 -m mla_prefill.bench --random 60 --seed 7 --output "$OUT/$tag-random.json" \
     > /tmp/random.log 2>&1
   echo "random bench rc=$? at $(elapsed) s"; tail -1 /tmp/random.log; logs+=(random.log)
   if [ -n "${BASELINE_SRC:-}" ]; then
@@ -68,9 +69,11 @@ performance)
     logs+=(sweep-baseline.log sweep.log)
     echo "sweeps done at $(elapsed) s"
   fi
-  timeout $(( ${BUDGET_S:-580} - $(elapsed) )) python3 -m mla_prefill.bench \
-    --output "$OUT/$tag.json" > /tmp/bench.log 2>&1
-  echo "bench rc=$? at $(elapsed) s"; tail -1 /tmp/bench.log | cut -c1-300; logs+=(bench.log)
+  if [ "${BENCH_38:-1}" = 1 ]; then
+    timeout $(( ${BUDGET_S:-580} - $(elapsed) )) python3 -m mla_prefill.bench \
+      --output "$OUT/$tag.json" > /tmp/bench.log 2>&1
+    echo "bench rc=$? at $(elapsed) s"; tail -1 /tmp/bench.log | cut -c1-300; logs+=(bench.log)
+  fi
   ;;
 *) echo "unknown mode $mode (correctness or performance)"; exit 2 ;;
 esac

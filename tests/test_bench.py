@@ -79,3 +79,28 @@ def test_random_batches_cover_the_distribution_and_are_seeded():
     assert any(max(q for q, _ in ls) <= 4 and min(k for _, k in ls) >= 2048 for _, ls in batches)
     name, decode = DECODE_BATCH
     assert len(decode) == 64 and sum(k for _, k in decode) == 64 * 16_700 >= 1_000_000
+
+
+def test_random_summary_judges_both_calls_on_the_heavy_batches():
+    """The generalisation summary: the solution's ``run`` and the serving plan's against
+    FlashInfer, every batch and those of at least 0.1 ms (either side), and the decode rate."""
+    from mla_prefill.bench import DECODE_BATCH, random_summary
+
+    def row(kind, ours, plan, fi):
+        r = {"kind": kind, "speedup_vs_flashinfer": fi / ours}
+        r["ours"] = {"gpu_ms": ours, "correct": True}
+        r["ours_plan"] = {"gpu_ms": plan, "correct": True, "speedup_vs_flashinfer": fi / plan}
+        r["flashinfer"] = {"gpu_ms": fi, "correct": True}
+        return r
+
+    rows = [row("a", 0.05, 0.04, 0.04), row("b", 0.2, 0.19, 0.19), row("c", 0.4, 0.4, 0.5)]
+    rows[-1]["kind"] = DECODE_BATCH[0]
+    rows[-1]["ours"]["tb_per_s"] = 3.1
+    s = random_summary(rows)
+    assert s["heavy_batches"] == 2 and s["heavy_at_or_above_1x"] == 1
+    assert s["heavy_min_speedup"] == 0.95 and s["plan_heavy_min_speedup"] == 1.0
+    assert s["plan_heavy_at_or_above_1x"] == 2
+    assert s["geomean_speedup_vs_flashinfer"] < s["plan_geomean_speedup_vs_flashinfer"]
+    assert s["decode_tb_per_s"] == 3.1 and s["all_correct"]
+    rows[0]["ours_plan"]["correct"] = False
+    assert not random_summary(rows)["all_correct"]

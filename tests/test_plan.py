@@ -10,7 +10,9 @@ from mla_prefill.kernel.plan import (
     CallShape,
     partial_elements,
     plan_launches,
+    split_layout,
     split_slots,
+    table_launch,
 )
 from mla_prefill.kernel.targets import target_named
 
@@ -44,7 +46,8 @@ def test_scheduled_split_plans_a_schedule_partials_and_a_combine():
     plan = plan_launches(shape(400, 1, 4000), cfg, 90, False)
     schedule, main, combine = plan.launches
     slots = split_slots(cfg, 400, 1)
-    assert slots == max(cfg.num_splits * 100, 100)
+    # 100 tiles: two pieces each would be 1.5 waves, so the programs are one wave of 132
+    assert cfg.num_splits == 2 and cfg.max_slots == H200.num_sms and slots == 132
     assert schedule.kernel == "schedule" and schedule.grid == (1,) and schedule.args[-1] == slots
     assert dict(schedule.consts)["BLOCK_SL"] >= slots and dict(schedule.consts)["BLOCK_TQ"] == 512
     # one program per piece, partial rows [slot, 4 tokens, 16 heads]
@@ -74,6 +77,50 @@ def test_scheduled_split_has_a_program_for_every_tile():
     assert split_slots(cfg, 300, 300) == 300
     assert split_slots(cfg, 300, 1) == 150
     assert split_slots(KernelConfig(4, 64, 64, 128), 1000, 1) == MAX_SLOTS
+    # a cap of programs never takes a tile's own piece away
+    capped = dataclasses.replace(cfg, max_slots=132)
+    assert split_slots(capped, 300, 1) == 132
+    assert split_slots(capped, 300, 300) == 300
+    assert split_slots(dataclasses.replace(cfg, max_slots=4000), 300, 1) == 150
+
+
+def test_scheduled_splits_are_one_wave_of_programs():
+    """From half a wave of tiles up, two pieces per tile would leave a partial second wave:
+    the chooser caps the programs at the SM count, below that ``num_splits`` per tile fill it."""
+    for total_q, batch, num_kv in [(331, 3, 4007), (331, 7, 2284), (165, 2, 1022), (400, 1, 4000),
+                                   (132, 53, 560_000), (39, 16, 174_593)]:  # fmt: skip
+        cfg = choose_config(total_q, batch, num_kv, H200)
+        assert cfg.split and not cfg.pooled and cfg.max_slots == H200.num_sms
+        tiles = min(total_q, -(-total_q // 4) + batch)
+        assert split_slots(cfg, total_q, batch) == max(min(cfg.num_splits * -(-total_q // 4),
+                                                           132), tiles)  # fmt: skip
+    assert choose_config(22, 22, 17759, H200).max_slots == 0  # pooled: whole waves of its own
+    assert choose_config(2048, 4, 2048, H200).max_slots == 0  # no split
+
+
+def test_a_table_written_before_the_call_leaves_only_attention_and_the_combine():
+    """``table_ready`` (the serving plan wrote the work table): the same attention launch, not
+    waiting for a table kernel, and the same buffers."""
+    for cfg, T, B, N in [(choose_config(400, 1, 4000, H200), 400, 1, 4000),
+                         (choose_config(1492, 11, 9249, H200), 1492, 11, 9249)]:  # fmt: skip
+        full = plan_launches(shape(T, B, N), cfg, 90, False)
+        ready = plan_launches(shape(T, B, N), cfg, 90, False, table_ready=True)
+        assert full.launches[0].kernel == ("order" if cfg.ordered else "schedule")
+        assert full.launches[0] == table_launch(cfg, T, B, True)
+        assert [ln.kernel for ln in ready.launches] == [ln.kernel for ln in full.launches[1:]]
+        main, main_ready = full.launches[1], ready.launches[0]
+        assert (main_ready.grid, main_ready.args) == (main.grid, main.args)
+        assert dict(main.consts)["WAIT_TABLE"] and not dict(main_ready.consts)["WAIT_TABLE"]
+        assert not dict(main_ready.options)["launch_pdl"]
+        assert (ready.partials, ready.table) == (full.partials, full.table)
+        assert (full.partials, full.table) == split_layout(cfg, T, B)
+        assert ready.launches[1:] == full.launches[2:]  # the combine, if any, unchanged
+    # no table kernel: nothing to leave out
+    cfg = choose_config(22, 22, 17759, H200)
+    assert table_launch(cfg, 22, 22, True) is None
+    assert plan_launches(shape(22, 22, 17759), cfg, 90, False, table_ready=True) == plan_launches(
+        shape(22, 22, 17759), cfg, 90, False
+    )
 
 
 def test_pooled_split_of_a_decode_batch():

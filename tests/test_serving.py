@@ -52,13 +52,17 @@ def test_plan_then_runs_on_new_values(name, device):
             inputs[k].copy_(fresh[k])
 
 
-def test_ordered_tiles_run_from_the_plans_table(device):
-    """A plan of ordered tiles keeps a work table and no partials: every run writes the order
-    and reads it, on new values and after a replan of the same plan with other lengths."""
-    from tests.test_kernel import ordered_config
+@pytest.mark.parametrize("kind", ["ordered", "scheduled"])
+def test_tiles_run_from_the_table_the_plan_wrote(kind, device):
+    """Ordered tiles and a scheduled split read a work table made from the indptrs alone: the
+    plan writes it once, and no run launches its kernel; every run is right, on new values and
+    after a replan of the same plan with other lengths of the same sizes (the table written
+    again in the same buffer)."""
+    from tests.test_kernel import ordered_config, scheduled_config
 
-    cfg = ordered_config(4, device)
+    cfg = ordered_config(4, device) if kind == "ordered" else scheduled_config(4, 3, device)
     p = MLAPrefillPlan(device)
+    buffer = None
     for lengths in ([(6, 90), (0, 3), (3, 40), (9, 9), (1, 130)],
                     [(1, 4), (0, 60), (9, 200), (8, 8), (1, 130)]):  # fmt: skip
         inputs = make_batch_inputs(Batch(lengths, 420, len(lengths)), device)
@@ -69,6 +73,10 @@ def test_ordered_tiles_run_from_the_plans_table(device):
             _run(p, inputs, out, lse)
             _check(inputs, out, lse)
             inputs["q_nope"].normal_()
+        kernels = [ln.kernel for ln in p._bound.plan.launches]
+        assert "order" not in kernels and "schedule" not in kernels, kernels
+        assert buffer is None or p._partials.data_ptr() == buffer  # same sizes: same buffer
+        buffer = p._partials.data_ptr()
 
 
 def test_replan_of_the_same_sizes_reads_the_new_indices(device):

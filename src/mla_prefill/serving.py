@@ -3,16 +3,19 @@
 A serving engine runs prefill attention eagerly, once per layer, on batches it planned once, so
 host time per ``run`` is paid once per layer. ``MLAPrefillPlan.plan`` does everything that
 depends only on the batch (sizes, tiles, validation when asked; the index tensors are copied
-into buffers the plan owns, as FlashInfer's wrapper copies them into its workspace), and the
-first ``run`` binds the launches to the call's layout: each kernel's compiled launcher, its grid
-and its fixed arguments. A later ``run`` with the same layout (shapes, strides, dtypes and the
+into buffers the plan owns, as FlashInfer's wrapper copies them into its workspace; the work
+table of ordered tiles or of a scheduled split is written there, on the plan's stream, so no
+layer's ``run`` launches the table kernel again), and the first ``run`` binds the launches to
+the call's layout: each kernel's compiled launcher, its grid and its fixed arguments. A later ``run`` with the same layout (shapes, strides, dtypes and the
 16-byte alignment Triton specialises on) checks the inputs' metadata and calls each launcher
 with the new pointers: no planning, no Triton binding.
 
-CUDA graphs: ``run`` after ``plan`` allocates nothing (the split partials belong to the plan) and
-never syncs, so it can be captured; the graph reads the plan's index buffers, so a new ``plan``
-of a batch of the same sizes (new values copied into the same buffers) replays correctly, as a
-serving engine's graph runner expects. A plan is one stream's: two streams running concurrently
+CUDA graphs: ``run`` after ``plan`` allocates nothing (the split partials and the work table
+belong to the plan) and never syncs, so it can be captured; the graph reads the plan's index
+buffers and table, so a new ``plan`` of a batch of the same sizes (new values copied into the
+same buffers, the table written again) replays correctly, as a serving engine's graph runner
+expects; index values written into the buffers without a ``plan`` are not (nor are they for
+FlashInfer's wrapper). A plan is one stream's: two streams running concurrently
 need one plan each (as FlashInfer's wrapper needs one workspace each).
 """
 
@@ -23,9 +26,11 @@ import torch
 from mla_prefill.kernel.attention import is_interpreter
 from mla_prefill.kernel.bound import bind, call_bound, current_stream, layout_key
 from mla_prefill.kernel.config import KernelConfig, choose_config
+from mla_prefill.kernel.launch import launch
 from mla_prefill.kernel.main import (
     _kernel,
     call_slots,
+    carve_buffers,
     config_problems,
     execute,
     gluon_available,
@@ -38,7 +43,9 @@ from mla_prefill.kernel.plan import (
     ARG_TABLE,
     CallShape,
     LaunchPlan,
-    partial_elements,
+    buffer_elements,
+    split_layout,
+    table_launch,
 )
 from mla_prefill.kernel.targets import Target, device_target
 from mla_prefill.kernel.validate import (
@@ -113,7 +120,8 @@ class MLAPrefillPlan:
 
         ``total_q`` defaults to ``qo_indptr[-1]`` (a read that syncs when ``qo_indptr`` is on the
         GPU, as FlashInfer's plan does); ``validate`` checks the index values (needs
-        ``num_pages``); ``config`` pins tiles.
+        ``num_pages``); ``config`` pins tiles. The copies and the work table's kernel are queued
+        on the current stream, the one the plan's runs go on.
         """
         for name, t in (("qo_indptr", qo_indptr), ("kv_indptr", kv_indptr),
                         ("kv_indices", kv_indices)):  # fmt: skip
@@ -149,7 +157,33 @@ class MLAPrefillPlan:
         self.qo_indptr = self._copy_in(0, "qo_indptr", qo_indptr)
         self.kv_indptr = self._copy_in(1, "kv_indptr", kv_indptr)
         self.kv_indices = self._copy_in(2, "kv_indices", kv_indices)
+        if config is not None:
+            self._write_table(config)
         return self
+
+    def _write_table(self, config: KernelConfig) -> None:
+        """Size the split buffers for the batch and write its work table now (the order of
+        ordered tiles, a scheduled split's pieces): it depends on the indptrs alone, so every
+        layer's ``run`` reads the same table and launches only attention (and the combine)."""
+        partials, table = split_layout(config, self.total_q, self.batch)
+        sizes = buffer_elements(partials, table)
+        if sizes is None:
+            return
+        n = sum(sizes)
+        if self._partials is None or self._partials.numel() < n:
+            self._partials = torch.empty(n, dtype=torch.float32, device=self.device)
+            self._bound = None  # the bound launches take the buffers' pieces
+        ln = table_launch(config, self.total_q, self.batch, pdl=False)
+        if ln is None:
+            return
+        slots = {"qo_indptr": self.qo_indptr, "kv_indptr": self.kv_indptr,
+                 ARG_TABLE: carve_buffers(partials, table, self._partials)[ARG_TABLE]}  # fmt: skip
+        args = tuple(slots[a] if a.__class__ is str else a for a in ln.args)
+        if self.device.type == "cuda":
+            with torch.cuda.device(self.device):  # Triton launches on the current device
+                launch(_kernel(ln.kernel), ln.grid, args, dict(ln.consts), **dict(ln.options))
+        else:
+            launch(_kernel(ln.kernel), ln.grid, args, dict(ln.consts), **dict(ln.options))
 
     def _copy_in(self, i: int, name: str, src: torch.Tensor) -> torch.Tensor:
         n = src.shape[0]
@@ -235,12 +269,8 @@ class MLAPrefillPlan:
         and keep each compiled kernel's launcher with its fixed arguments (``kernel.bound``)."""
         shape = CallShape.of(q_nope, q_pe, ckv_cache, kpe_cache, out, lse, self.batch,
                              self.num_kv)  # fmt: skip
-        plan = plan_call(shape, self.here, self.interpret, self.config)
-        sizes = partial_elements(plan)
-        if sizes is not None:
-            n = sum(sizes)
-            if self._partials is None or self._partials.numel() < n:
-                self._partials = torch.empty(n, dtype=torch.float32, device=self.device)
+        # the work table is the plan's (``_write_table``), so the launches leave it out
+        plan = plan_call(shape, self.here, self.interpret, self.config, table_ready=True)
         tensors = (q_nope, q_pe, ckv_cache, kpe_cache, self.qo_indptr, self.kv_indptr,
                    self.kv_indices)  # fmt: skip
         slots = call_slots(plan, tensors, out, lse, self.scale, self._partials)

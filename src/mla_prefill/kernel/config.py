@@ -78,6 +78,8 @@ class KernelConfig:
                 longest sequences' first, each sequence's tiles together from its last
                 (``attention._tile_order_kernel`` writes their order); else the global token
                 tiling, last tile first.
+    max_slots:  a scheduled split's programs at most (0: no cap but ``plan.MAX_SLOTS``), never
+                fewer than its tiles: one wave of programs where the tiles fit in one.
     """
 
     block_t: int
@@ -88,6 +90,7 @@ class KernelConfig:
     num_stages: int = 2
     kernel: str = "triton"
     ordered: bool = False
+    max_slots: int = 0
 
     @property
     def block_m(self) -> int:
@@ -117,6 +120,8 @@ class KernelConfig:
             )
         if self.ordered and (self.split or self.block_t == 1):
             out.append("ordered tiles take no split and block_t > 1")
+        if self.max_slots < 0:
+            out.append(f"max_slots {self.max_slots} must be >= 0 (0: no cap)")
         if self.kernel not in KERNELS:
             out.append(f"kernel {self.kernel!r} must be one of {KERNELS}")
         elif self.kernel == "gluon" and (self.block_t, self.block_n) != (4, 64):
@@ -209,8 +214,8 @@ def choose_config(
       ``DEFAULT_MIN_CHUNK``: 1-token tiles pool their ranges into whole waves of pieces of one
       size (``num_splits * total_q`` programs, ``_pooled_splits``; 3 stages where they fit),
       larger tiles, when they leave SMs idle, cut the ranges of all tiles into pieces of one
-      size, ``num_sms // num_tiles`` per tile (at least 2): one wave where 2 per tile fit in one
-      (``docs/design.md``); the split count is bounded so the fp32 partial outputs stay under
+      size, ``num_sms // num_tiles`` per tile (at least 2) and at most ``num_sms`` programs
+      (``max_slots``; every tile keeps one): one wave (``docs/design.md``); the split count is bounded so the fp32 partial outputs stay under
       ``PARTIAL_BYTES_CAP``.
     - When such a batch of ``MIN_ORDERED_SEQS`` to ``MAX_ORDERED_SEQS`` sequences is not split
       (a wave of tiles or more), its tiles follow the sequences and the longest sequences' start
@@ -260,7 +265,7 @@ def choose_config(
     if kernel == "triton":
         block_n, num_stages = _fit(block_t, block_n, num_stages, target)
     num_tiles = -(-total_q // block_t)
-    num_splits = 1
+    num_splits, max_slots = 1, 0
     if num_tiles < num_sms and long_prefix:
         # pooled pieces (1-token tiles, Triton kernel) are all alike: whole waves of them, with
         # the gathers double-buffered where 3 stages fit (ed999c80: 23.5 us against 25.4 at 2
@@ -276,8 +281,10 @@ def choose_config(
             num_splits = _pooled_splits(num_tiles, num_sms, avg_kv)
         else:
             # one wave of scheduled pieces, never a partial second one where one wave can hold
-            # them all (tiles of one piece then write their output without the combine)
-            num_splits = max(2, num_sms // num_tiles)
+            # them all (tiles of one piece then write their output without the combine): from
+            # 67 tiles on 132 SMs two pieces per tile would be 1.02-1.98 waves, so the programs
+            # are capped at the SM count (every tile keeps one)
+            num_splits, max_slots = max(2, num_sms // num_tiles), num_sms
         num_splits = min(num_splits, -(-num_kv_indices // DEFAULT_MIN_CHUNK))
         max_splits = max(1, PARTIAL_BYTES_CAP // (total_q * NUM_QO_HEADS * HEAD_DIM_CKV * 4))
         num_splits = max(1, min(num_splits, max_splits, MAX_SPLITS))
@@ -292,5 +299,13 @@ def choose_config(
     )
     min_chunk = max(DEFAULT_MIN_CHUNK // block_n, 1) * block_n
     return KernelConfig(
-        block_t, block_n, num_splits, min_chunk, num_warps, num_stages, kernel, ordered
+        block_t,
+        block_n,
+        num_splits,
+        min_chunk,
+        num_warps,
+        num_stages,
+        kernel,
+        ordered,
+        max_slots if num_splits > 1 else 0,
     )

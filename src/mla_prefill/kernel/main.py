@@ -40,6 +40,7 @@ from .plan import (
     TENSOR_SLOTS,
     CallShape,
     LaunchPlan,
+    buffer_elements,
     ordered_slots,
     partial_elements,
     plan_launches,
@@ -203,10 +204,12 @@ def plan_call(
     interpret: bool,
     config: Optional[KernelConfig] = None,
     target: Optional[Target] = None,
+    table_ready: bool = False,
 ) -> LaunchPlan:
     """The launches of a call of ``shape`` on the device ``here`` (None: the interpreter):
-    ``config``'s tiles, else those chosen for ``target`` (default: ``here``). Pure in its
-    arguments, so cached per shape: a serving loop that repeats shapes plans once."""
+    ``config``'s tiles, else those chosen for ``target`` (default: ``here``); ``table_ready``:
+    the work table was written before the call (``plan_launches``). Pure in its arguments, so
+    cached per shape: a serving loop that repeats shapes plans once."""
     if config is None:
         t = target or (DEFAULT_TARGET if here is None else here)
         config = choose_config(
@@ -216,7 +219,8 @@ def plan_call(
     bad = config_problems(config, shape.total_q, shape.batch, here, interpret)
     if bad:
         raise ValueError("config: " + "; ".join(bad))
-    return plan_launches(shape, config, 0 if here is None else here.capability, interpret)
+    capability = 0 if here is None else here.capability
+    return plan_launches(shape, config, capability, interpret, table_ready)
 
 
 def _kernel(name: str):
@@ -232,8 +236,14 @@ def _kernel(name: str):
 def carve_partials(plan: LaunchPlan, buf: torch.Tensor) -> dict:
     """The split path's fp32 partials (output, lse) and its int32 work table, as views of one
     buffer of at least ``sum(partial_elements(plan))`` fp32 elements."""
-    n_o, n_l, n_t = partial_elements(plan)
-    rows = plan.partials or (0,)  # tiles in work order: a table, no partials
+    return carve_buffers(plan.partials, plan.table, buf)
+
+
+def carve_buffers(partials: Tuple[int, ...], table: int, buf: torch.Tensor) -> dict:
+    """``carve_partials`` for split buffers of ``plan.split_layout``'s ``(partials, table)``
+    (the same views of the same buffer as a plan of that layout carves)."""
+    n_o, n_l, n_t = buffer_elements(partials, table)
+    rows = partials or (0,)  # tiles in work order: a table, no partials
     return {
         ARG_PART_O: buf[:n_o].view(*rows, NUM_QO_HEADS, HEAD_DIM_CKV),
         ARG_PART_LSE: buf[n_o : n_o + n_l].view(*rows, NUM_QO_HEADS),

@@ -103,11 +103,13 @@ def _combine(total_q, rows, pdl, out_strides, lse_strides, direct) -> Launch:
 
 def split_slots(config: KernelConfig, total_q: int, batch: int) -> int:
     """Programs of a scheduled split (tiles of ``block_t > 1``): ``num_splits`` per global tile,
-    and at least one per tile of the schedule's (tiles follow the sequences: at most
-    ``min(total_q, num_tiles + batch)``), so every tile has a piece; at most ``MAX_SLOTS``."""
+    at most ``MAX_SLOTS`` and ``config.max_slots`` (when set), and at least one per tile of the
+    schedule's (tiles follow the sequences: at most ``min(total_q, num_tiles + batch)``), so
+    every tile has a piece."""
     num_tiles = -(-total_q // config.block_t)
     tiles_bound = min(total_q, num_tiles + batch)
-    return max(min(config.num_splits * num_tiles, MAX_SLOTS), tiles_bound)
+    cap = min(MAX_SLOTS, config.max_slots) if config.max_slots else MAX_SLOTS
+    return max(min(config.num_splits * num_tiles, cap), tiles_bound)
 
 
 def ordered_slots(total_q: int, block_t: int, batch: int) -> int:
@@ -116,11 +118,62 @@ def ordered_slots(total_q: int, block_t: int, batch: int) -> int:
     return max(1, min(total_q, -(-total_q // block_t) + batch))
 
 
+def split_layout(config: KernelConfig, total_q: int, batch: int) -> Tuple[Tuple[int, ...], int]:
+    """``(partials, table)`` of a call's ``LaunchPlan`` (see there): what its split buffers hold
+    depends on the tiles and the batch's sizes only, so a plan made once per batch can size them."""
+    T = total_q
+    if config.pooled:
+        return (config.num_splits * T,), 2 * T
+    if config.ordered:
+        return (), 2 * T + REC_FIELDS * ordered_slots(T, config.block_t, batch)
+    if config.split:
+        slots = split_slots(config, T, batch)
+        return (slots, config.block_t), 2 * T + REC_FIELDS * slots
+    return (), 0
+
+
+def table_launch(config: KernelConfig, total_q: int, batch: int, pdl: bool) -> Optional[Launch]:
+    """The launch that writes a call's work table from its indptrs alone (``_tile_order_kernel``
+    for ordered tiles, ``_split_schedule_kernel`` for a scheduled split), or None (no table, or
+    the pooled kernel's, which its programs write themselves). ``pdl``: the attention launch
+    after it is a programmatic dependent one."""
+    T, bt = total_q, config.block_t
+    if config.ordered:
+        slots = ordered_slots(T, bt, batch)
+        return Launch(
+            "order", (1,),
+            ("qo_indptr", "kv_indptr", ARG_TABLE, T, batch, slots),
+            (("BLOCK_T", bt), ("BLOCK_N", config.block_n),
+             ("LOG_B", max(4, (batch - 1).bit_length())),
+             ("BLOCK_SL", max(16, pow2_at_least(slots))), ("USE_PDL", pdl)),
+            (("num_warps", SCHEDULE_WARPS),),
+        )  # fmt: skip
+    if config.split and not config.pooled:
+        slots = split_slots(config, T, batch)
+        return Launch(
+            "schedule", (1,),
+            ("qo_indptr", "kv_indptr", ARG_TABLE, T, batch, slots),
+            (("BLOCK_T", bt), ("BLOCK_N", config.block_n), ("MIN_CHUNK", config.min_chunk),
+             ("BLOCK_TQ", max(16, pow2_at_least(T))), ("BLOCK_SL", max(16, pow2_at_least(slots))),
+             ("GUESS32", T * batch < 2**31), ("USE_PDL", pdl)),
+            (("num_warps", SCHEDULE_WARPS),),
+        )  # fmt: skip
+    return None
+
+
 def plan_launches(
-    shape: CallShape, config: KernelConfig, capability: int, interpret: bool
+    shape: CallShape,
+    config: KernelConfig,
+    capability: int,
+    interpret: bool,
+    table_ready: bool = False,
 ) -> LaunchPlan:
     """The launches of a call of ``shape`` with ``config`` on a GPU of ``capability`` (0: none,
-    under the interpreter). Shapes, strides and the tiles decide everything, never values."""
+    under the interpreter). Shapes, strides and the tiles decide everything, never values.
+
+    ``table_ready``: the work table (``table_launch``) was written before the call, from the
+    same indptrs (``serving.MLAPrefillPlan.plan`` writes it once per batch), so the call's
+    launches leave it out and the attention launch does not wait for it."""
     s = shape
     T = s.total_q
     qs = (*s.q_strides, *s.pe_strides, s.ckv_stride, s.kpe_stride)
@@ -131,7 +184,6 @@ def plan_launches(
     pdl = capability >= 90
     heads = (("NUM_HEADS", NUM_QO_HEADS), ("HEAD_CKV", HEAD_DIM_CKV), ("HEAD_KPE", HEAD_DIM_KPE))
     stages = (("num_warps", config.num_warps), ("num_stages", config.num_stages))
-    block_tq = max(16, pow2_at_least(T))
     if config.pooled:
         # 1-token tiles pool their KV ranges and cut the pool into pieces of one size, one
         # program each: at most num_splits * total_q pieces (the kernel sizes them to fit)
@@ -141,43 +193,28 @@ def plan_launches(
             (*TENSOR_SLOTS, ARG_PART_O, ARG_PART_LSE, ARG_TABLE, *qs, T, s.batch, ARG_SCALE,
              num_pieces),
             (*heads, ("BLOCK_N", config.block_n), ("MIN_CHUNK", config.min_chunk),
-             ("BLOCK_TQ", block_tq), ("OFFS32", offs32), ("GUESS32", guess32),
+             ("BLOCK_TQ", max(16, pow2_at_least(T))), ("OFFS32", offs32), ("GUESS32", guess32),
              ("INTERPRET", interpret), ("USE_PDL", pdl)),
             stages,
         )  # fmt: skip
         combine = _combine(T, 1, pdl, s.out_strides, s.lse_strides, False)
-        return LaunchPlan(config, (slots,), 2 * T, (pooled, combine))
+        return LaunchPlan(config, *split_layout(config, T, s.batch), (pooled, combine))
     bt = config.block_t
+    partials, table = split_layout(config, T, s.batch)
+    # the order kernel's records (tiles that follow the sequences, longest sequences first) or
+    # the schedule's work table, unless the table was written before the call
+    table_kernel = None if table_ready else table_launch(config, T, s.batch, pdl)
     if config.ordered:
-        # tiles that follow the sequences, longest sequences first: the order kernel's records
-        slots = ordered_slots(T, bt, s.batch)
-        order = Launch(
-            "order", (1,),
-            ("qo_indptr", "kv_indptr", ARG_TABLE, T, s.batch, slots),
-            (("BLOCK_T", bt), ("BLOCK_N", config.block_n),
-             ("LOG_B", max(4, (s.batch - 1).bit_length())),
-             ("BLOCK_SL", max(16, pow2_at_least(slots))), ("USE_PDL", pdl)),
-            (("num_warps", SCHEDULE_WARPS),),
-        )  # fmt: skip
         dst = (ARG_OUT, ARG_LSE, ARG_TABLE)
-        grid = (slots,)
+        grid = (ordered_slots(T, bt, s.batch),)
     elif config.split:
-        # the schedule's work table, then one program per piece: partials [slots, block_t, 16,
-        # 512] and [slots, block_t, 16], a piece's rows from its tile's first token; a tile of
-        # one piece writes output and lse directly
-        slots = split_slots(config, T, s.batch)
-        schedule = Launch(
-            "schedule", (1,),
-            ("qo_indptr", "kv_indptr", ARG_TABLE, T, s.batch, slots),
-            (("BLOCK_T", bt), ("BLOCK_N", config.block_n), ("MIN_CHUNK", config.min_chunk),
-             ("BLOCK_TQ", block_tq), ("BLOCK_SL", max(16, pow2_at_least(slots))),
-             ("GUESS32", guess32), ("USE_PDL", pdl)),
-            (("num_warps", SCHEDULE_WARPS),),
-        )  # fmt: skip
+        # one program per piece: partials [slots, block_t, 16, 512] and [slots, block_t, 16], a
+        # piece's rows from its tile's first token; a tile of one piece writes output and lse
+        # directly
         dst = (ARG_PART_O, ARG_PART_LSE, ARG_TABLE)
         o_strides = (bt * NUM_QO_HEADS * HEAD_DIM_CKV, NUM_QO_HEADS * HEAD_DIM_CKV, HEAD_DIM_CKV)
         l_strides = (bt * NUM_QO_HEADS, NUM_QO_HEADS, 1)
-        grid = (slots,)
+        grid = (split_slots(config, T, s.batch),)
     else:
         dst = (ARG_OUT, ARG_LSE, "qo_indptr")  # (the table's pointer is not read)
         grid = (-(-T // bt),)
@@ -190,7 +227,7 @@ def plan_launches(
         *s.lse_strides, T, s.batch, ARG_SCALE,
     )  # fmt: skip
     # after a table kernel, a programmatic dependent launch: its launch overlaps the table's
-    wait = pdl and (config.split or config.ordered)
+    wait = pdl and table_kernel is not None
     consts = (
         *heads, ("BLOCK_T", bt), ("BLOCK_N", config.block_n), ("SCHEDULED", config.split),
         ("RECORDS", config.split or config.ordered), ("WAIT_TABLE", wait), ("OFFS32", offs32),
@@ -203,17 +240,21 @@ def plan_launches(
             (*consts, ("GUESS32", guess32), ("INTERPRET", interpret)),
             (*stages, ("launch_pdl", wait)),
         )  # fmt: skip
-    if config.ordered:
-        return LaunchPlan(config, (), 2 * T + REC_FIELDS * slots, (order, main))
-    if not config.split:
-        return LaunchPlan(config, (), 0, (main,))
-    combine = _combine(T, bt, pdl, s.out_strides, s.lse_strides, True)
-    return LaunchPlan(config, (slots, bt), 2 * T + REC_FIELDS * slots, (schedule, main, combine))
+    launches = (main,) if table_kernel is None else (table_kernel, main)
+    if config.split:
+        launches += (_combine(T, bt, pdl, s.out_strides, s.lse_strides, True),)
+    return LaunchPlan(config, partials, table, launches)
 
 
 def partial_elements(plan: LaunchPlan) -> Optional[Tuple[int, int, int]]:
     """(output, lse, table) element counts of the plan's buffers; None without any."""
-    if not plan.table:
+    return buffer_elements(plan.partials, plan.table)
+
+
+def buffer_elements(partials: Tuple[int, ...], table: int) -> Optional[Tuple[int, int, int]]:
+    """(output, lse, table) element counts of split buffers of ``split_layout``'s
+    ``(partials, table)``; None without any."""
+    if not table:
         return None
-    rows = math.prod(plan.partials) * NUM_QO_HEADS if plan.partials else 0
-    return rows * HEAD_DIM_CKV, rows, plan.table
+    rows = math.prod(partials) * NUM_QO_HEADS if partials else 0
+    return rows * HEAD_DIM_CKV, rows, table
