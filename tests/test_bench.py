@@ -35,6 +35,35 @@ def test_bench_call_refill_and_compare(device):
     assert not compare(stale, lse, *new_ref)["correct"]
 
 
+def test_recheck_catches_a_call_that_replays_its_first_result(device):
+    """``bench.recheck`` (the check of every timed call, in the bench and the GPU tools): an
+    honest call passes on the refilled inputs, one that caches its result by pointer fails."""
+    from mla_prefill.bench import recheck
+
+    root = small_root()
+    wl = [w for w in load_workloads(root) if w.workload["axes"]["len_indptr"] > 2][0].workload
+    inputs = make_inputs(wl, load_index_tensors(root, wl), device, seed=0)
+    T = wl["axes"]["total_q"]
+    outs = [(torch.empty(T, 16, 512, dtype=torch.bfloat16, device=device),
+             torch.empty(T, 16, device=device)) for _ in range(2)]  # fmt: skip
+    honest = ours(inputs, *outs[0])
+    cached = {}
+
+    def by_pointer():  # the first result, replayed for the same pointers
+        key = inputs["q_nope"].data_ptr()
+        if key not in cached:
+            ours(inputs, *outs[1])()
+            cached[key] = (outs[1][0].clone(), outs[1][1].clone())
+        outs[1][0].copy_(cached[key][0])
+        outs[1][1].copy_(cached[key][1])
+
+    honest()
+    by_pointer()
+    result = recheck({"honest": (honest, *outs[0]), "cached": (by_pointer, *outs[1])}, inputs, 1,
+                     reference_fn(root))  # fmt: skip
+    assert result["honest"]["correct"] and not result["cached"]["correct"]
+
+
 def test_summary_buckets_count_workloads_meeting_the_bar():
     from mla_prefill.bench import summarize
 

@@ -359,6 +359,28 @@ def time_gpu_fitted(fn, scrub, iters_cap: int, budget_ms: float = 300.0):
     return gpu_ms, host_ahead, iters
 
 
+def recheck(calls: Dict[str, tuple], inputs: dict, seed: int, reference) -> Dict[str, dict]:
+    """The timed calls checked on new data: every input refilled in place (``refill_``), each
+    call's outputs poisoned with NaN, the call made again (a planned call plans the new batch
+    first, as a server plans each batch) and compared with ``reference`` on the new inputs. A
+    result cached by pointer, a stale plan or an unwritten element shows up here.
+
+    ``calls``: name -> (call, its output, its lse). Returns ``compare``'s result per name."""
+    refill_(inputs, seed)
+    ref_out, ref_lse = reference(*[inputs[k] for k in INPUTS])
+    results = {}
+    for name, (fn, out, lse) in calls.items():
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        if hasattr(fn, "replan"):
+            fn.replan()
+        fn()
+        if out.is_cuda:
+            torch.cuda.synchronize()
+        results[name] = compare(out, lse, ref_out, ref_lse)
+    return results
+
+
 def time_contenders(
     inputs: dict, row: dict, contenders, iters_cap, seed, reference, configs=None, target=None
 ) -> dict:
@@ -397,17 +419,9 @@ def time_contenders(
     # host time, the contenders taking turns (configs beside ours are for GPU time only)
     for vname, us in time_host({v: fns[v] for v in fns if not v.startswith("ours[")}).items():
         row[vname]["host_us"] = us
-    # the timed calls are checked: new values in the same buffers, poisoned outputs, call again
-    refill_(inputs, seed + 1)
-    ref_out, ref_lse = reference(*[inputs[k] for k in INPUTS])
-    for vname, (out, lse) in outs.items():
-        out.fill_(float("nan"))
-        lse.fill_(float("nan"))
-        if hasattr(fns[vname], "replan"):
-            fns[vname].replan()  # a new batch is planned, as a server plans each batch
-        fns[vname]()
-        torch.cuda.synchronize()
-        row[vname].update(compare(out, lse, ref_out, ref_lse))
+    checked = recheck({v: (fns[v], *outs[v]) for v in outs}, inputs, seed + 1, reference)
+    for vname, result in checked.items():
+        row[vname].update(result)
     if "ours" in outs and "flashinfer" in outs and "gpu_ms" in row.get("flashinfer", {}):
         row["speedup_vs_flashinfer"] = round(row["flashinfer"]["gpu_ms"] / row["ours"]["gpu_ms"], 3)
         row["wall_speedup_vs_flashinfer"] = round(
