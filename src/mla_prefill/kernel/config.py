@@ -22,6 +22,18 @@ MIN_ORDERED_SEQS, MAX_ORDERED_SEQS = 4, 256
 DEFAULT_MIN_CHUNK = 128  # KV positions: below this a split costs more (partial write) than it saves
 
 
+def ordered_slots(total_q: int, block_t: int, batch: int) -> int:
+    """Programs of tiles in work order: at least one per tile of the sequences' tilings, which
+    number at most ``min(total_q, num_tiles + batch)``."""
+    return max(1, min(total_q, -(-total_q // block_t) + batch))
+
+
+def ordered_fits(total_q: int, block_t: int, batch: int) -> bool:
+    """Whether the order kernel can order this batch's tiles: its sort takes at most
+    ``MAX_ORDERED_SEQS`` sequences and its record vector ``MAX_ORDERED_TILES`` programs."""
+    return batch <= MAX_ORDERED_SEQS and ordered_slots(total_q, block_t, batch) <= MAX_ORDERED_TILES
+
+
 def pools_ranges(block_t: int, kernel: str) -> bool:
     """Whether a KV split of these tiles pools the ranges of all tokens into equal pieces
     (``_mla_pooled_split_kernel``): 1-token tiles of the Triton kernel. Larger tiles split on a
@@ -293,9 +305,9 @@ def choose_config(
         block_t > 1
         and num_splits == 1
         and long_prefix
-        and MIN_ORDERED_SEQS <= batch <= MAX_ORDERED_SEQS
+        and batch >= MIN_ORDERED_SEQS
         and num_tiles >= num_sms
-        and num_tiles + batch <= MAX_ORDERED_TILES
+        and ordered_fits(total_q, block_t, batch)
     )
     min_chunk = max(DEFAULT_MIN_CHUNK // block_n, 1) * block_n
     return KernelConfig(

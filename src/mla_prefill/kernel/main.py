@@ -27,6 +27,7 @@ from .config import (
     MAX_SPLIT_TOKENS,
     KernelConfig,
     choose_config,
+    ordered_fits,
 )
 from .launch import launch
 from .plan import (
@@ -41,7 +42,6 @@ from .plan import (
     CallShape,
     LaunchPlan,
     buffer_elements,
-    ordered_slots,
     partial_elements,
     plan_launches,
 )
@@ -293,10 +293,7 @@ def config_problems(
         bad.append(f"the gluon kernel needs a Hopper GPU (sm_90), this one is {here.arch}")
     elif config.kernel == "gluon" and not gluon_available():
         bad.append(f"the gluon kernel needs Triton 3.6's Gluon API, found {triton.__version__}")
-    if config.ordered and (
-        ordered_slots(total_q, config.block_t, batch) > MAX_ORDERED_TILES
-        or batch > MAX_ORDERED_SEQS
-    ):
+    if config.ordered and not ordered_fits(total_q, config.block_t, batch):
         bad.append(
             f"ordered tiles: at most {MAX_ORDERED_TILES} tiles and {MAX_ORDERED_SEQS} sequences, "
             f"got total_q {total_q} in {batch} sequences: use ordered=False"

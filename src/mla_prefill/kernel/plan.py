@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
-from .config import KernelConfig
+from .config import KernelConfig, ordered_slots
 from .validate import HEAD_DIM_CKV, HEAD_DIM_KPE, NUM_QO_HEADS
 
 LOG2E = 1.0 / math.log(2.0)
@@ -110,12 +110,6 @@ def split_slots(config: KernelConfig, total_q: int, batch: int) -> int:
     tiles_bound = min(total_q, num_tiles + batch)
     cap = min(MAX_SLOTS, config.max_slots) if config.max_slots else MAX_SLOTS
     return max(min(config.num_splits * num_tiles, cap), tiles_bound)
-
-
-def ordered_slots(total_q: int, block_t: int, batch: int) -> int:
-    """Programs of tiles in work order: at least one per tile of the sequences' tilings, which
-    number at most ``min(total_q, num_tiles + batch)``."""
-    return max(1, min(total_q, -(-total_q // block_t) + batch))
 
 
 def split_layout(config: KernelConfig, total_q: int, batch: int) -> Tuple[Tuple[int, ...], int]:
