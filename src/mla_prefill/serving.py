@@ -6,17 +6,18 @@ depends only on the batch (sizes, tiles, validation when asked; the index tensor
 into buffers the plan owns, as FlashInfer's wrapper copies them into its workspace; the work
 table of ordered tiles or of a scheduled split is written there, on the plan's stream, so no
 layer's ``run`` launches the table kernel again), and the first ``run`` binds the launches to
-the call's layout: each kernel's compiled launcher, its grid and its fixed arguments. A later ``run`` with the same layout (shapes, strides, dtypes and the
-16-byte alignment Triton specialises on) checks the inputs' metadata and calls each launcher
-with the new pointers: no planning, no Triton binding.
+the call's layout: each kernel's compiled launcher, its grid and its fixed arguments. A later
+``run`` with the same layout (shapes, strides, dtypes and the 16-byte alignment Triton
+specialises on) checks the inputs' metadata and calls each launcher with the new pointers: no
+planning, no Triton binding.
 
 CUDA graphs: ``run`` after ``plan`` allocates nothing (the split partials and the work table
 belong to the plan) and never syncs, so it can be captured; the graph reads the plan's index
 buffers and table, so a new ``plan`` of a batch of the same sizes (new values copied into the
 same buffers, the table written again) replays correctly, as a serving engine's graph runner
 expects; index values written into the buffers without a ``plan`` are not (nor are they for
-FlashInfer's wrapper). A plan is one stream's: two streams running concurrently
-need one plan each (as FlashInfer's wrapper needs one workspace each).
+FlashInfer's wrapper). A plan is one stream's: two streams running concurrently need one plan
+each (as FlashInfer's wrapper needs one workspace each).
 """
 
 from typing import Optional, Tuple, Union
