@@ -597,6 +597,9 @@ def test_heavy_prefix_rule_leaves_the_38_workloads_tiles(monkeypatch):
     targets = [TARGETS[t] for t in sorted(TARGETS)]
     today = [choose_config(*s, t) for s in shapes for t in targets]
     assert not any(c.ordered for c in today)  # no long prefix among them
+    # no scheduled split either: the one-wave cap (max_slots) and the serving plan's table
+    # leave their launches as they were
+    assert not any(c.split and not c.pooled for c in today)
     heavy = choose_config(64, 64, 64 * 16_700, H200)
     monkeypatch.setattr(config, "HEAVY_GATHER_ROWS", float("inf"))
     assert [choose_config(*s, t) for s in shapes for t in targets] == today

@@ -141,12 +141,21 @@ def test_drop_in_wrapper_takes_flashinfer_arguments(device):
 
 
 @pytest.mark.gpu
-def test_cuda_graph_replays_new_values_and_a_new_plan_of_the_same_sizes(device):
+@pytest.mark.parametrize("tiles", ["chosen", "scheduled", "ordered"])
+def test_cuda_graph_replays_new_values_and_a_new_plan_of_the_same_sizes(tiles, device):
+    """The graph holds the runs' launches only: a new plan rewrites the index buffers and the
+    work table (scheduled split, ordered tiles) that the replay reads."""
+    from tests.test_kernel import ordered_config, scheduled_config
+
+    cfg = {"chosen": None, "scheduled": scheduled_config(4, 3, device),
+           "ordered": ordered_config(4, device)}[tiles]  # fmt: skip
     lengths_a, lengths_b = [(3, 200), (1, 900), (4, 4)], [(5, 600), (2, 2), (1, 502)]
     a = make_batch_inputs(Batch(lengths_a, 1200, 10), device)
     b = make_batch_inputs(Batch(lengths_b, 1200, 11), device)
     static = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in a.items()}
-    p = _plan(static, device)
+    p = MLAPrefillPlan(device)
+    p.plan(static["qo_indptr"], static["kv_indptr"], static["kv_indices"], static["sm_scale"],
+           config=cfg)  # fmt: skip
     out, lse = poisoned_outputs(8, device)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -158,7 +167,7 @@ def test_cuda_graph_replays_new_values_and_a_new_plan_of_the_same_sizes(device):
         _run(p, static, out, lse)
     for src in (a, b):
         if src is b:  # a new batch of the same sizes: planned again into the same buffers
-            p.plan(b["qo_indptr"], b["kv_indptr"], b["kv_indices"], b["sm_scale"])
+            p.plan(b["qo_indptr"], b["kv_indptr"], b["kv_indices"], b["sm_scale"], config=cfg)
         for k in ("q_nope", "q_pe", "ckv_cache", "kpe_cache"):
             static[k].copy_(src[k])
         out.fill_(float("nan"))

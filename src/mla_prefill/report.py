@@ -338,7 +338,8 @@ def bench_section(path: Path, shown: str) -> List[str]:
         )
     lines += [
         "",
-        "GPU ms, TFLOP/s: kernel time (the same kernels for both of our calls). Host us: host time "
+        "GPU ms, TFLOP/s: kernel time of the solution's `run` (the serving plan's runs launch the "
+        "same kernels unless a table kernel runs, which `plan` then runs once). Host us: host time "
         "per call with the GPU held and 40 calls queued (median of 7 rounds); `ours`: the "
         "solution's `run` (a repeated layout calls the launchers its first call bound), `plan`: "
         "`serving.MLAPrefillPlan.run` after one `plan`, FI: FlashInfer's "
