@@ -276,3 +276,32 @@ def test_flashinfer_bench_apply_runs_our_kernel_for_flashinfer_calls():
     assert res["def_best"][name] == "mla_prefill_triton_hopper", res
     assert res["applied_equals_ours"] and not res["plain_equals_ours"], res
     assert res["applied_correct"], res
+
+
+@pytest.mark.cpu_only
+def test_a_hopper_gpu_without_the_gluon_kernel_is_told_so(monkeypatch):
+    """Under a Triton whose Gluon API the Hopper kernel is not enabled for, a plan on an H100 or
+    H200 warns that it runs the portable kernel; other GPUs, and Hopper with the Gluon kernel,
+    hear nothing."""
+    import warnings
+
+    import triton
+
+    from mla_prefill import serving
+    from mla_prefill.kernel.targets import TARGETS
+
+    monkeypatch.setattr(serving, "gluon_available", lambda: False)
+    note = serving.hopper_fallback_note(TARGETS["h200"])
+    assert note is not None and triton.__version__ in note and "Triton 3.6" in note
+    assert serving.hopper_fallback_note(TARGETS["b200"]) is None
+    assert serving.hopper_fallback_note(TARGETS["a100"]) is None
+    # the plan's constructor, on a device whose target is an H100 (compiled kernels, no GPU)
+    monkeypatch.setattr(serving, "is_interpreter", lambda: False)
+    monkeypatch.setattr(serving, "device_target", lambda index: TARGETS["h100"])
+    with pytest.warns(RuntimeWarning, match="portable Triton kernel"):
+        MLAPrefillPlan("cpu")
+    monkeypatch.setattr(serving, "gluon_available", lambda: True)
+    assert serving.hopper_fallback_note(TARGETS["h100"]) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        MLAPrefillPlan("cpu")

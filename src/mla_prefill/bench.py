@@ -46,6 +46,7 @@ from mla_prefill.io import (
     sequence_lengths,
 )
 from mla_prefill.kernel.validate import HEAD_DIM_CKV, HEAD_DIM_KPE, NUM_QO_HEADS
+from mla_prefill.serving import fallback_note_here
 
 SCRUB_BYTES = 256 << 20
 
@@ -598,6 +599,9 @@ def run_bench(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    note = fallback_note_here()
+    if note:
+        print(note, file=sys.stderr, flush=True)
     if args.random is not None:
         return run_random(args)
     root = find_root(args.root)
@@ -650,6 +654,7 @@ def write_result(args: argparse.Namespace, summary: dict, **rows) -> int:
         "num_sms": torch.cuda.get_device_properties(0).multi_processor_count,
         "versions": versions(),
         "kernel_sha256": kernel_sha256(),
+        "hopper_fallback": fallback_note_here(),
         "command": "mla-prefill bench "
         + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
         "method": __doc__.strip(),

@@ -197,6 +197,11 @@ def _run(args: argparse.Namespace, on_gpu: bool) -> int:
     if not n_pairs:
         return 0
     if on_gpu:
+        from mla_prefill.serving import fallback_note_here
+
+        note = fallback_note_here()
+        if note:
+            print(note, file=sys.stderr, flush=True)
         runner = _GpuRunner(args)
     else:
         runner = _InterpreterRunner(root)

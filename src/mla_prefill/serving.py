@@ -20,9 +20,11 @@ FlashInfer's wrapper). A plan is one stream's: two streams running concurrently 
 each (as FlashInfer's wrapper needs one workspace each).
 """
 
+import warnings
 from typing import Optional, Tuple, Union
 
 import torch
+import triton
 
 from mla_prefill.kernel.attention import is_interpreter
 from mla_prefill.kernel.bound import bind, call_bound, current_stream, layout_key
@@ -60,6 +62,26 @@ from mla_prefill.kernel.validate import (
 _I32 = torch.int32
 
 
+def hopper_fallback_note(target: Target) -> Optional[str]:
+    """Why a Hopper GPU runs the portable Triton kernel instead of the Gluon one its large tiles
+    are chosen for, or None. The Gluon kernel is enabled under Triton 3.6 (CUDA torch 2.10/2.11)
+    only; a later Triton gets the Triton kernel's 2-token tiles, correct but several times
+    slower on large batches (``docs/design.md``, Triton versions)."""
+    if target.capability != 90 or gluon_available():
+        return None
+    return (
+        f"mla-prefill: Triton {triton.__version__} on {target.gpu}: the Hopper (Gluon) kernel is "
+        "enabled with Triton 3.6 only, so this GPU runs the portable Triton kernel, several "
+        "times slower on batches of 1000 tokens or more; for the Hopper kernel install CUDA "
+        "torch 2.10 or 2.11 (Triton 3.6)"
+    )
+
+
+def fallback_note_here() -> Optional[str]:
+    """``hopper_fallback_note`` of the current CUDA device (the bench and the replay print it)."""
+    return hopper_fallback_note(device_target(torch.cuda.current_device()))
+
+
 class _Bound:
     """The launches of one plan bound to one call layout: per launch, the compiled kernel (or
     None: Triton's own launch), its grid, its argument template and its constexpr tail."""
@@ -95,6 +117,9 @@ class MLAPrefillPlan:
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.here = None if self.interpret else device_target(self.device.index)
+        note = None if self.here is None else hopper_fallback_note(self.here)
+        if note is not None:
+            warnings.warn(note, RuntimeWarning, stacklevel=2)
         self.target = None if target is None else resolve_target(target, self.device)
         self._fixed = index_buffers
         self._buffers = {}
