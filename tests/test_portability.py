@@ -127,3 +127,19 @@ def test_a_pinned_scheduled_triton_split_compiles():
         assert not row["problems"] and row["spills"] == 0, row
         if row["kernel"].endswith("_mla_prefill_kernel"):
             assert row["constants"]["SCHEDULED"] is True
+
+
+def test_a_triton_too_old_to_plan_the_launches_is_refused_by_name(monkeypatch, capsys):
+    """Triton 3.4 and older have no ``JITFunction._pack_args``, which the launch specs are read
+    through: the command says which Triton it needs instead of failing on a missing attribute."""
+    import argparse
+
+    from triton.runtime.jit import JITFunction
+
+    from mla_prefill import portability
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.delattr(JITFunction, "_pack_args")
+    args = argparse.Namespace(target=["b200"], json=False, root=None, grid_only=True, jobs=1)
+    assert portability.cmd_portability(args) == 2
+    assert "needs Triton 3.5 or later" in capsys.readouterr().err

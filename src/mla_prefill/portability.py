@@ -189,12 +189,16 @@ def _ptxas(ptx: str, capability: int) -> Tuple[Optional[int], Optional[int], str
     """(registers, spill bytes stored + loaded, report) from Triton's bundled ``ptxas -v``."""
     from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
 
+    try:
+        ptxas = get_ptxas(capability).path  # Triton 3.6 and later: one per architecture
+    except TypeError:
+        ptxas = get_ptxas().path  # Triton 3.5
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
         f.write(ptx)
     try:
         r = subprocess.run(
-            [get_ptxas(capability).path, "-v", f"--gpu-name={sm_arch_from_capability(capability)}",
-             f.name, "-o", os.devnull],
+            [ptxas, "-v", f"--gpu-name={sm_arch_from_capability(capability)}", f.name, "-o",
+             os.devnull],
             capture_output=True, text=True,
         )  # fmt: skip
     finally:
@@ -375,6 +379,12 @@ def cmd_portability(args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
         return 2
     import triton
+    from triton.runtime.jit import JITFunction
+
+    if not hasattr(JITFunction, "_pack_args"):  # how ``specialise`` reads Triton's specialisation
+        print(f"portability: needs Triton 3.5 or later to plan the launches, found "
+              f"{triton.__version__}", file=sys.stderr)  # fmt: skip
+        return 2
 
     from mla_prefill.io import repo_root
     from mla_prefill.kernel.main import gluon_available
