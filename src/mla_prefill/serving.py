@@ -65,8 +65,8 @@ _I32 = torch.int32
 def hopper_fallback_note(target: Target) -> Optional[str]:
     """Why a Hopper GPU runs the portable Triton kernel instead of the Gluon one its large tiles
     are chosen for, or None. The Gluon kernel is enabled under Triton 3.6 (CUDA torch 2.10/2.11)
-    only; a later Triton gets the Triton kernel's 2-token tiles, correct but several times
-    slower on large batches (``docs/design.md``, Triton versions)."""
+    only; a later Triton gets the Triton kernel's 2-token tiles, several times slower on large
+    batches (``docs/design.md``, Triton versions)."""
     if target.capability != 90 or gluon_available():
         return None
     return (
