@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 
 def _env():
@@ -143,3 +144,72 @@ def test_a_triton_too_old_to_plan_the_launches_is_refused_by_name(monkeypatch, c
     args = argparse.Namespace(target=["b200"], json=False, root=None, grid_only=True, jobs=1)
     assert portability.cmd_portability(args) == 2
     assert "needs Triton 3.5 or later" in capsys.readouterr().err
+
+
+def test_a_triton_older_than_the_kernels_need_is_refused_with_what_to_install(monkeypatch, device):
+    """Triton 3.4's compiler fails on 22 of the B200's 40 distinct launches: a call says which
+    Triton it needs before the first launch, instead of failing inside a compiler pass."""
+    import triton
+
+    from mla_prefill.kernel import main
+
+    assert main.triton_release("3.6.0") == (3, 6)
+    assert main.triton_release("3.10.0+git1a2b3c4") == (3, 10)
+    assert main.triton_release("nightly") == (0, 0)
+    q = torch.zeros(1, 16, 512, dtype=torch.bfloat16, device=device)
+    qp = torch.zeros(1, 16, 64, dtype=torch.bfloat16, device=device)
+    ckv = torch.zeros(3, 1, 512, dtype=torch.bfloat16, device=device)
+    kpe = torch.zeros(3, 1, 64, dtype=torch.bfloat16, device=device)
+    ind = torch.tensor([0, 1], dtype=torch.int32, device=device)
+    pages = torch.tensor([2], dtype=torch.int32, device=device)
+    monkeypatch.setattr(triton, "__version__", "3.4.0")
+    main.require_triton.cache_clear()
+    main.plan_call.cache_clear()
+    try:
+        with pytest.raises(RuntimeError, match=r"Triton 3\.5 or later, found 3\.4\.0: install"):
+            main.mla_paged_prefill(q, qp, ckv, kpe, ind, ind, pages, 0.1)
+        monkeypatch.setattr(triton, "__version__", "3.5.1")
+        main.require_triton.cache_clear()
+        main.require_triton()  # 3.5 is enough
+    finally:
+        main.require_triton.cache_clear()
+        main.plan_call.cache_clear()
+
+
+def test_the_gluon_kernel_runs_under_the_release_it_was_run_under_and_opt_in_elsewhere(
+    monkeypatch,
+):
+    """It compiles under 3.6-3.9 (CI) with the Gluon names it calls; it runs under 3.6, the
+    release of the GPU evidence, and under 3.7-3.9 only with MLA_PREFILL_UNRUN_TRITON=1;
+    neither an older nor a newer release, nor a release without those names."""
+    import triton
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import async_copy
+
+    from mla_prefill.kernel import launch, main
+
+    def state(version, unrun=False):
+        monkeypatch.setattr(triton, "__version__", version)
+        monkeypatch.setattr(launch, "UNRUN_TRITON", unrun)
+        main.gluon_compiles.cache_clear()
+        main.gluon_available.cache_clear()
+        return main.gluon_compiles(), main.gluon_available()
+
+    try:
+        assert state("3.5.1") == (False, False)
+        assert state("3.6.0") == (True, True)
+        assert state("3.8.0") == (True, False)
+        assert state("3.8.0", unrun=True) == (True, True)
+        assert state("3.10.0", unrun=True) == (False, False)
+        with monkeypatch.context() as m:
+            for name in ("barrier", "thread_barrier"):
+                m.delattr(gl, name, raising=False)
+            assert state("3.6.0") == (False, False)
+        with monkeypatch.context() as m:
+            for name in ("async_load", "async_copy_global_to_shared"):
+                m.delattr(async_copy, name, raising=False)
+            assert state("3.6.0") == (False, False)
+    finally:
+        monkeypatch.undo()
+        main.gluon_compiles.cache_clear()
+        main.gluon_available.cache_clear()

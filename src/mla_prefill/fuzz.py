@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
+import triton
 
 from mla_prefill.accuracy import (
     ATOL,
@@ -374,7 +375,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     def finish(doc: dict) -> dict:
         doc.update(commands=commands + [command], gpu=gpu, tiles_planned_for=a.target or gpu,
-                   path=a.path)  # fmt: skip
+                   path=a.path, triton=triton.__version__, torch=torch.__version__)  # fmt: skip
         return doc
 
     def checkpoint(doc: dict) -> None:

@@ -26,6 +26,7 @@ from typing import Optional, Tuple, Union
 import torch
 import triton
 
+from mla_prefill.kernel import launch as launch_mod
 from mla_prefill.kernel.attention import is_interpreter
 from mla_prefill.kernel.bound import bind, call_bound, current_stream, layout_key
 from mla_prefill.kernel.config import KernelConfig, choose_config
@@ -64,16 +65,25 @@ _I32 = torch.int32
 
 def hopper_fallback_note(target: Target) -> Optional[str]:
     """Why a Hopper GPU runs the portable Triton kernel instead of the Gluon one its large tiles
-    are chosen for, or None. The Gluon kernel is enabled under Triton 3.6 (CUDA torch 2.10/2.11)
-    only; a later Triton gets the Triton kernel's 2-token tiles, several times slower on large
-    batches (``docs/design.md``, Triton versions)."""
+    are chosen for, or None. The Gluon kernel runs under Triton 3.6 (CUDA torch 2.10/2.11), the
+    release of its full GPU evidence; 3.7-3.9, which it compiles under (CI), enable it with
+    ``MLA_PREFILL_UNRUN_TRITON=1`` (3.7.1 ran it on an H100: ``benchmarks/results/triton-3.7.1/``). Otherwise Hopper gets the Triton kernel's 2-token tiles,
+    several times slower on large batches (``docs/design.md``, Triton versions)."""
     if target.capability != 90 or gluon_available():
         return None
+    written_for = triton.__version__.startswith(launch_mod.WRITTEN_FOR)
     return (
-        f"mla-prefill: Triton {triton.__version__} on {target.gpu}: the Hopper (Gluon) kernel is "
-        "enabled with Triton 3.6 only, so this GPU runs the portable Triton kernel, several "
-        "times slower on batches of 1000 tokens or more; for the Hopper kernel install CUDA "
-        "torch 2.10 or 2.11 (Triton 3.6)"
+        f"mla-prefill: Triton {triton.__version__} on {target.gpu}: the Hopper (Gluon) kernel "
+        "runs with Triton 3.6, so this GPU runs the portable Triton kernel, several times slower "
+        "on batches of 1000 tokens or more; for the Hopper kernel install CUDA torch 2.10 or 2.11 "
+        "(Triton 3.6)"
+        + (
+            f", or set {launch_mod.UNRUN_TRITON_ENV}=1 to run it under this Triton (it compiles "
+            "here; its full GPU checks were made under 3.6: check it with python -m "
+            "mla_prefill.fuzz)"
+            if written_for
+            else ""
+        )
     )
 
 

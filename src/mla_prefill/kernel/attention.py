@@ -482,10 +482,10 @@ def _mla_prefill_kernel(
             pages = tl.load(kv_indices_ptr + k0 + offs_n, mask=(k0 + offs_n) < k1, other=0)
             # a run of one sequence: the blocks every row sees run unmasked, then the diagonal
             # band, which starts on the indices the first loop already loaded (loaded one step
-            # ahead up to k1); a run of several sequences is masked throughout
-            mid_n = k0
-            if more_seqs == 0:
-                mid_n += tl.maximum(tl.minimum(k_unmasked, k1) - k0, 0) // BLOCK_N * BLOCK_N
+            # ahead up to k1); a run of several sequences is masked throughout (a select, not an
+            # `if`: Triton 3.5's TritonGPUCoalesce pass fails on the branch in 2-token tiles)
+            unmasked = tl.maximum(tl.minimum(k_unmasked, k1) - k0, 0) // BLOCK_N * BLOCK_N
+            mid_n = k0 + tl.where(more_seqs == 0, unmasked, 0)
             acc, m_i, l_i, pages = _attend_kv_range(
                 acc, m_i, l_i, pages, q_n, q_p, ckv_ptr, kpe_ptr, kv_indices_ptr, stride_ckv_p,
                 stride_kpe_p, k0, mid_n, k1, row_lo, causal_lim, qk_scale,

@@ -50,6 +50,13 @@ from .attention import (
     _seq_rows,
 )
 
+# Gluon names that moved between the Triton releases this kernel compiles under (3.6-3.9):
+# ``thread_barrier`` became ``barrier`` (3.7 has both, 3.9 only the new one), and
+# ``async_copy_global_to_shared`` became ``async_load`` (3.8 has both; 3.9 keeps the old name as
+# a stub that raises). The same instructions either way (docs/design.md, Triton versions).
+_cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
+_async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+
 HALF = gl.constexpr(256)  # output columns per warpgroup; ckv is stored as two halves
 NUM_STAGES = gl.constexpr(2)  # gathered KV blocks in shared memory
 LOADER_WARPS = gl.constexpr(4)  # the loader partition: one warpgroup
@@ -235,7 +242,7 @@ def _store_rows_staged(buf, out_ptr, o, l_i, tok0, q_start, q_end, col0, stride_
     seen = l_i > 0.0
     o = o * (1.0 / gl.where(seen, l_i, 1.0))[:, None]  # one division per row
     buf.store(o.to(out_ptr.dtype.element_ty))
-    gl.thread_barrier()
+    _cta_barrier()
     v = buf.load(LD_KV)
     offs_m = gl.arange(0, buf.shape[0], layout=gl.SliceLayout(1, LD_KV))
     row_tok = tok0 + offs_m // NUM_HEADS
@@ -270,10 +277,10 @@ def _issue_gather(kv_lo, kv_hi, pe_bufs, st, ckv_ptr, kpe_ptr, stride_ckv_p, str
         pages_pe = pages_pe.to(gl.int64)
     cols = gl.arange(0, HALF, layout=gl.SliceLayout(0, LD_KV))
     base = (ckv_ptr + pages * stride_ckv_p)[:, None] + cols[None, :]
-    async_copy.async_copy_global_to_shared(kv_lo.index(st), base)
-    async_copy.async_copy_global_to_shared(kv_hi.index(st), base + HALF)
+    _async_load(kv_lo.index(st), base)
+    _async_load(kv_hi.index(st), base + HALF)
     cols_pe = gl.arange(0, HEAD_KPE, layout=gl.SliceLayout(0, LD_PE))
-    async_copy.async_copy_global_to_shared(
+    _async_load(
         pe_bufs.index(st),
         (kpe_ptr + pages_pe * stride_kpe_p)[:, None] + cols_pe[None, :],
     )
@@ -287,7 +294,7 @@ def _pv_lo(acc, g, kv_lo, pe_bufs, alpha_s, p_ready):
     alpha = alpha_s.index(st).load(ROW_O)
     acc = warpgroup_mma(pe_bufs.index(st), kv_lo.index(st), acc * alpha[:, None], is_async=True)
     acc = warpgroup_mma_wait(0, deps=[acc])
-    gl.thread_barrier()  # each warp's wait covers its own part: all done before a refill
+    _cta_barrier()  # each warp's wait covers its own part: all done before a refill
     return acc
 
 
@@ -401,7 +408,7 @@ def _publish_p(p, alpha, g, pe_bufs, alpha_s, p_ready):
     pe_bufs.index(st).store(p)
     alpha_s.index(st).store(alpha)
     fence_async_shared()
-    gl.thread_barrier()
+    _cta_barrier()
     mbarrier.arrive(p_ready.index(st), count=1)
 
 
@@ -442,17 +449,15 @@ def _softmax_partition(
     q_ptrs = (
         q_nope_ptr + q_row[:, None] + gl.arange(0, HALF, layout=gl.SliceLayout(0, LD_KV))[None, :]
     )
-    async_copy.async_copy_global_to_shared(q_lo, q_ptrs, mask=q_ok[:, None])
-    async_copy.async_copy_global_to_shared(q_hi, q_ptrs + HALF, mask=q_ok[:, None])
+    _async_load(q_lo, q_ptrs, mask=q_ok[:, None])
+    _async_load(q_hi, q_ptrs + HALF, mask=q_ok[:, None])
     offs_pm = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LD_PE))
     pe_ok = (tok0 + offs_pm // NUM_HEADS) < total_q
     pe_row = (tok0 + offs_pm // NUM_HEADS).to(gl.int64) * stride_qp_t + (
         offs_pm % NUM_HEADS
     ) * stride_qp_h
     pe_cols = gl.arange(0, HEAD_KPE, layout=gl.SliceLayout(0, LD_PE))
-    async_copy.async_copy_global_to_shared(
-        q_pe, q_pe_ptr + pe_row[:, None] + pe_cols[None, :], mask=pe_ok[:, None]
-    )
+    _async_load(q_pe, q_pe_ptr + pe_row[:, None] + pe_cols[None, :], mask=pe_ok[:, None])
     async_copy.commit_group()
     b, q_start, q_end, kv_start, kv_end, rec_lo, rec_hi = _first_seq(
         qo_indptr_ptr, kv_indptr_ptr, table_ptr, tok0, total_q, batch, RECORDS
@@ -461,7 +466,7 @@ def _softmax_partition(
     l_base = _out_base(tok0, stride_l_s, stride_l_t, SCHEDULED)
     async_copy.wait_group(0)
     fence_async_shared()
-    gl.thread_barrier()
+    _cta_barrier()
 
     offs_m = gl.arange(0, BLOCK_M, layout=row_s)
     row_tok = tok0 + offs_m // NUM_HEADS
@@ -488,7 +493,7 @@ def _softmax_partition(
                 s = warpgroup_mma_wait(
                     0, deps=[_issue_qk(q_lo, q_hi, q_pe, kv_lo, kv_hi, pe_bufs, ready, g, s_layout)]
                 )
-                gl.thread_barrier()  # every warp's part of Q K^T is done: P may take the kpe slot
+                _cta_barrier()  # every warp's part of Q K^T is done: P may take the kpe slot
                 p, alpha, m_i, l_i = _softmax_step(
                     s, m_i, l_i, lo + k * BLOCK_N, bounds, hi, qk_scale, BLOCK_N, RUNS
                 )
@@ -500,11 +505,11 @@ def _softmax_partition(
                 )
                 _publish_p(p, alpha, g, pe_bufs, alpha_s, p_ready)
                 acc = warpgroup_mma_wait(0, deps=[acc])
-                gl.thread_barrier()  # every warp's part of the MMA is done, not just the arriver's
+                _cta_barrier()  # every warp's part of the MMA is done, not just the arriver's
                 mbarrier.arrive(empty.index(st), count=1)  # block g is done with its stage
             # the row sums to the loader warpgroup, for its half of the output
             l_s.store(l_i)
-            gl.thread_barrier()
+            _cta_barrier()
             mbarrier.arrive(fin.index(0), count=1)
         it += n
 

@@ -1,4 +1,4 @@
-"""Launching a compiled Triton kernel without ``JITFunction.run``'s per-call binding (Triton 3.6).
+"""Launching a compiled Triton kernel without ``JITFunction.run``'s per-call binding (Triton 3.6-3.9).
 
 ``kernel[grid](*args, **kwargs)`` binds every argument, specialises it (``native_specialize_impl``)
 and builds a string cache key from the specialisation and the options on every call: ~20 us of
@@ -14,9 +14,13 @@ not) or, for 0, 1, negatives and values outside int32 (``constexpr 1``, ``i64``)
 address (Triton: the same); a ``float`` is ``fp32`` whatever its value. So a call site has a few
 classes, not one per shape: the cache stays small (and is cleared past ``MAX_ENTRIES``).
 
-Any other argument type, launch hooks (profilers), pre-run hooks, another Triton version or
-``MLA_PREFILL_TRITON_LAUNCH=1`` (read at import) send every call through Triton, as does the
-interpreter. No pointer or value of a call is cached: the arguments are passed afresh each time.
+Triton 3.7-3.9 launch a compiled kernel with the same ``CompiledKernel.run`` call and specialise
+arguments as 3.6 does; 3.7 adds a stage-inspection hook to the cache key (``launch`` requires it
+unset) and 3.9 an fp-sanitizer option (part of ``cache_key``). They are enabled only with
+``MLA_PREFILL_UNRUN_TRITON=1``: the full GPU checks of this launcher were made under 3.6 (3.7.1
+ran the quick ones). Any other argument type, launch hooks (profilers), pre-run or
+stage-inspection hooks, another Triton version or ``MLA_PREFILL_TRITON_LAUNCH=1`` (read at
+import) send every call through Triton, as does the interpreter. No pointer or value of a call is cached: the arguments are passed afresh each time.
 """
 
 import os
@@ -28,7 +32,22 @@ import triton
 TRITON_LAUNCH_ENV = "MLA_PREFILL_TRITON_LAUNCH"
 # read once (as Triton reads TRITON_INTERPRET once, at decoration); tests set the attribute
 TRITON_LAUNCH = os.environ.get(TRITON_LAUNCH_ENV, "0") == "1"
-_SUPPORTED = triton.__version__.startswith("3.6.")
+# Triton releases: those the kernels' GPU evidence was made under (benchmarks/results/), and
+# those the Hopper kernel and this launcher are written for (compiled in CI; ``JITFunction.run``
+# compared line by line). MLA_PREFILL_UNRUN_TRITON=1 (read at import) enables both parts under
+# a release of the second kind that is not of the first.
+RUN_RELEASES = ("3.6.",)
+WRITTEN_FOR = ("3.6.", "3.7.", "3.8.", "3.9.")
+UNRUN_TRITON_ENV = "MLA_PREFILL_UNRUN_TRITON"
+UNRUN_TRITON = os.environ.get(UNRUN_TRITON_ENV, "0") == "1"
+
+
+def release_enabled(version: str) -> bool:
+    """Whether the Gluon kernel and this launcher run under Triton ``version``."""
+    return version.startswith(RUN_RELEASES) or (UNRUN_TRITON and version.startswith(WRITTEN_FOR))
+
+
+_SUPPORTED = release_enabled(triton.__version__)
 _INT32_MAX = 0x7FFFFFFF
 _Tensor = torch.Tensor
 
@@ -85,12 +104,18 @@ def _plain(fn, grid, args, consts, options):
 
 
 def hooks_idle() -> bool:
-    """No launch hook is set (a profiler sets one): launching without Triton skips nothing."""
-    return _idle(knobs.runtime.launch_enter_hook) and _idle(knobs.runtime.launch_exit_hook)
+    """No launch hook is set (a profiler sets one), nor a stage-inspection hook (3.7 and later:
+    it adds to Triton's cache key): launching without Triton skips nothing."""
+    return (
+        _idle(knobs.runtime.launch_enter_hook)
+        and _idle(knobs.runtime.launch_exit_hook)
+        and getattr(knobs.runtime, "add_stages_inspection_hook", None) is None
+    )
 
 
 def direct_launch_possible(fn) -> bool:
-    """Whether calls of ``fn`` may skip ``JITFunction.run``: Triton 3.6, no launch or pre-run
+    """Whether calls of ``fn`` may skip ``JITFunction.run``: an enabled Triton release
+    (``release_enabled``), no launch or pre-run
     hook, a compiled (not interpreted) kernel, and ``MLA_PREFILL_TRITON_LAUNCH`` unset."""
     return (
         _SUPPORTED
@@ -114,6 +139,7 @@ def cache_key(
         tuple(options.items()),
         knobs.runtime.debug,
         knobs.compilation.instrumentation_mode,
+        getattr(knobs.compilation, "fpsan_homomorphic_casts", None),  # Triton 3.9
     )
 
 

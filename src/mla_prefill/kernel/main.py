@@ -55,19 +55,56 @@ from .validate import (
     validation_requested,
 )
 
+# the oldest Triton every launch compiles under (CI compiles them under 3.5.1 too; 3.4 fails 22
+# of the B200's 40 distinct launches: docs/design.md, Triton versions)
+MIN_TRITON = (3, 5)
+
+
+def triton_release(version: str) -> Tuple[int, int]:
+    """``(major, minor)`` of a Triton version string ("3.6.0", "3.7.0+git1a2b", "3.10.0")."""
+    parts = version.split("+")[0].split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return (0, 0)
+
 
 @functools.lru_cache(maxsize=None)
-def gluon_available() -> bool:
-    """Whether this Triton has the Gluon API the Hopper kernel is written against: 3.6's (3.9
-    dropped ``async_copy_global_to_shared``; releases between are not checked). Without it Hopper
-    runs the Triton kernel."""
-    if not triton.__version__.startswith("3.6."):
+def require_triton() -> None:
+    """Raise, saying what to install, when the installed Triton is older than the kernels need
+    (instead of a compiler pass failing inside Triton on the first launch)."""
+    if triton_release(triton.__version__) < MIN_TRITON:
+        raise RuntimeError(
+            f"mla-prefill's kernels need Triton {MIN_TRITON[0]}.{MIN_TRITON[1]} or later, "
+            f"found {triton.__version__}: install a CUDA torch that pins one (torch 2.9 pins "
+            "3.5.1, 2.10 and 2.11 pin 3.6.0, which also runs the Hopper kernel) or "
+            "`pip install 'triton>=3.5'`"
+        )
+
+
+@functools.lru_cache(maxsize=None)
+def gluon_compiles() -> bool:
+    """Whether this Triton is a release the Hopper (Gluon) kernel is written for (``launch.
+    WRITTEN_FOR``: every launch compiles, in CI) and has the Gluon names it calls
+    (``gluon_attention``: a barrier, a cp.async load)."""
+    if not triton.__version__.startswith(launch_mod.WRITTEN_FOR):
         return False
     try:
+        from triton.experimental.gluon import language as gl
         from triton.experimental.gluon.language.nvidia.hopper import async_copy
     except ImportError:
         return False
-    return hasattr(async_copy, "async_copy_global_to_shared")
+    return (hasattr(gl, "barrier") or hasattr(gl, "thread_barrier")) and (
+        hasattr(async_copy, "async_load") or hasattr(async_copy, "async_copy_global_to_shared")
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def gluon_available() -> bool:
+    """Whether Hopper runs the Gluon kernel under this Triton: it compiles (``gluon_compiles``)
+    and the release is one the GPU evidence was made under, or ``MLA_PREFILL_UNRUN_TRITON=1``
+    (``launch.release_enabled``). Otherwise Hopper runs the Triton kernel."""
+    return gluon_compiles() and launch_mod.release_enabled(triton.__version__)
 
 
 def resolve_target(target: Union[None, str, Target], device: torch.device) -> Target:
@@ -210,6 +247,7 @@ def plan_call(
     ``config``'s tiles, else those chosen for ``target`` (default: ``here``); ``table_ready``:
     the work table was written before the call (``plan_launches``). Pure in its arguments, so
     cached per shape: a serving loop that repeats shapes plans once."""
+    require_triton()
     if config is None:
         t = target or (DEFAULT_TARGET if here is None else here)
         config = choose_config(
@@ -292,7 +330,10 @@ def config_problems(
     elif config.kernel == "gluon" and here is not None and here.capability != 90:
         bad.append(f"the gluon kernel needs a Hopper GPU (sm_90), this one is {here.arch}")
     elif config.kernel == "gluon" and not gluon_available():
-        bad.append(f"the gluon kernel needs Triton 3.6's Gluon API, found {triton.__version__}")
+        bad.append(
+            f"the gluon kernel runs under Triton 3.6 (3.7-3.9 with "
+            f"{launch_mod.UNRUN_TRITON_ENV}=1), found {triton.__version__}"
+        )
     if config.ordered and not ordered_fits(total_q, config.block_t, batch):
         bad.append(
             f"ordered tiles: at most {MAX_ORDERED_TILES} tiles and {MAX_ORDERED_SEQS} sequences, "
