@@ -295,11 +295,18 @@ def test_a_hopper_gpu_without_the_gluon_kernel_is_told_so(monkeypatch):
     assert note is not None and triton.__version__ in note and "Triton 3.6" in note
     # a release the kernel is written for, but was not run under: the note names the opt-in
     real = triton.__version__
-    monkeypatch.setattr(triton, "__version__", "3.8.0")
-    assert "MLA_PREFILL_UNRUN_TRITON=1" in serving.hopper_fallback_note(TARGETS["h100"])
-    monkeypatch.setattr(triton, "__version__", "3.10.0")
-    assert "MLA_PREFILL_UNRUN_TRITON" not in serving.hopper_fallback_note(TARGETS["h100"])
-    monkeypatch.setattr(triton, "__version__", real)
+
+    def release(version):
+        monkeypatch.setattr(triton, "__version__", version)
+        serving.gluon_compiles.cache_clear()
+
+    try:
+        release("3.8.0")
+        assert "MLA_PREFILL_UNRUN_TRITON=1" in serving.hopper_fallback_note(TARGETS["h100"])
+        release("3.10.0")
+        assert "MLA_PREFILL_UNRUN_TRITON" not in serving.hopper_fallback_note(TARGETS["h100"])
+    finally:
+        release(real)
     assert serving.hopper_fallback_note(TARGETS["b200"]) is None
     assert serving.hopper_fallback_note(TARGETS["a100"]) is None
     # the plan's constructor, on a device whose target is an H100 (compiled kernels, no GPU)

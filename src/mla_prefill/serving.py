@@ -38,6 +38,7 @@ from mla_prefill.kernel.main import (
     config_problems,
     execute,
     gluon_available,
+    gluon_compiles,
     plan_call,
     resolve_target,
 )
@@ -67,11 +68,12 @@ def hopper_fallback_note(target: Target) -> Optional[str]:
     """Why a Hopper GPU runs the portable Triton kernel instead of the Gluon one its large tiles
     are chosen for, or None. The Gluon kernel runs under Triton 3.6 (CUDA torch 2.10/2.11), the
     release of its full GPU evidence; 3.7-3.9, which it compiles under (CI), enable it with
-    ``MLA_PREFILL_UNRUN_TRITON=1`` (3.7.1 ran it on an H100: ``benchmarks/results/triton-3.7.1/``). Otherwise Hopper gets the Triton kernel's 2-token tiles,
-    several times slower on large batches (``docs/design.md``, Triton versions)."""
+    ``MLA_PREFILL_UNRUN_TRITON=1`` (3.7.1 ran it on an H100: ``benchmarks/results/triton-3.7.1/``),
+    so the note names that setting where the kernel compiles (``gluon_compiles``). Otherwise
+    Hopper gets the Triton kernel's 2-token tiles, several times slower on large batches
+    (``docs/design.md``, Triton versions)."""
     if target.capability != 90 or gluon_available():
         return None
-    written_for = triton.__version__.startswith(launch_mod.WRITTEN_FOR)
     return (
         f"mla-prefill: Triton {triton.__version__} on {target.gpu}: the Hopper (Gluon) kernel "
         "runs with Triton 3.6, so this GPU runs the portable Triton kernel, several times slower "
@@ -81,7 +83,7 @@ def hopper_fallback_note(target: Target) -> Optional[str]:
             f", or set {launch_mod.UNRUN_TRITON_ENV}=1 to run it under this Triton (it compiles "
             "here; its full GPU checks were made under 3.6: check it with python -m "
             "mla_prefill.fuzz)"
-            if written_for
+            if gluon_compiles()
             else ""
         )
     )

@@ -1,4 +1,5 @@
-"""Launching a compiled Triton kernel without ``JITFunction.run``'s per-call binding (Triton 3.6-3.9).
+"""Launching a compiled Triton kernel without ``JITFunction.run``'s per-call binding (Triton
+3.6-3.9).
 
 ``kernel[grid](*args, **kwargs)`` binds every argument, specialises it (``native_specialize_impl``)
 and builds a string cache key from the specialisation and the options on every call: ~20 us of
@@ -20,7 +21,8 @@ unset) and 3.9 an fp-sanitizer option (part of ``cache_key``). They are enabled 
 ``MLA_PREFILL_UNRUN_TRITON=1``: the full GPU checks of this launcher were made under 3.6 (3.7.1
 ran the quick ones). Any other argument type, launch hooks (profilers), pre-run or
 stage-inspection hooks, another Triton version or ``MLA_PREFILL_TRITON_LAUNCH=1`` (read at
-import) send every call through Triton, as does the interpreter. No pointer or value of a call is cached: the arguments are passed afresh each time.
+import) send every call through Triton, as does the interpreter. No pointer or value of a call
+is cached: the arguments are passed afresh each time.
 """
 
 import os
