@@ -241,11 +241,21 @@ def recompile(spec: dict) -> dict:
     ptx = k.asm["ptx"]
     regs, spills, report = _ptxas(ptx, spec["capability"])
     out = dict(shared_bytes=k.metadata.shared, registers=regs, spills=spills)
-    # instruction facts a kernel's design relies on: asynchronous warpgroup MMAs (Hopper) and
-    # 16-byte global stores (the Gluon kernel's staged output)
+    # instruction facts a kernel's design relies on: asynchronous warpgroup MMAs (Hopper),
+    # 16-byte global stores (the Gluon kernel's staged output) and the named barriers in use,
+    # "id:threads" (threads "all" without a count) -> instructions
+    barriers: Dict[str, int] = {}
+    for bar_id, threads in re.findall(
+        r"\b(?:bar|barrier)(?:\.cta)?(?:\.sync|\.arrive)?(?:\.aligned)?\s+(\d+)"
+        r"(?:\s*,\s*(\d+))?\s*;",
+        ptx,
+    ):
+        key = f"{bar_id}:{threads or 'all'}"
+        barriers[key] = barriers.get(key, 0) + 1
     out["ptx_counts"] = {
         "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
         "st_global_v4": len(re.findall(r"st\.global\.v4\.b32", ptx)),
+        "named_barriers": barriers,
     }
     if regs is None or spills is None:
         out["error"] = "ptxas -v: " + report[-2000:]
