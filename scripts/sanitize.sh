@@ -12,14 +12,17 @@ export PYTHONPATH="$PWD/src:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFER
   timeout "${MEMCHECK_TIMEOUT:-240}" compute-sanitizer --tool memcheck --print-limit 20 \
     python3 -m mla_prefill.fuzz --n 40 --seed 11 --max-tokens 2048 --max-q 1024 --max-prefix 4096 \
     --output "$OUT/memcheck-batches.json" 2>&1 | tail -4
+  # every hazard printed, and the summary
+  racecheck() {
+    timeout "${RACECHECK_TIMEOUT:-300}" compute-sanitizer --tool racecheck --print-limit 20 \
+      python3 -m mla_prefill.fuzz "$@" 2>&1 | tail -60
+  }
   echo "== racecheck"
-  timeout "${RACECHECK_TIMEOUT:-300}" compute-sanitizer --tool racecheck --print-limit 20 \
-    python3 -m mla_prefill.fuzz --n 4 --seed 12 --max-tokens 256 --max-q 128 --max-prefix 512 \
-    --output /tmp/racecheck-batches.json 2>&1 | tail -60  # every hazard printed, and the summary
+  racecheck --n 4 --seed 12 --max-tokens 256 --max-q 128 --max-prefix 512 \
+    --output /tmp/racecheck-batches.json
   # the split paths: seed 196 draws a 47-token batch over 1,759 cached tokens (Gluon, 11 pieces)
   # and a 25-token one over 2,276 (Triton, 5 pieces)
   echo "== racecheck, split paths"
-  timeout "${RACECHECK_TIMEOUT:-300}" compute-sanitizer --tool racecheck --print-limit 20 \
-    python3 -m mla_prefill.fuzz --n 2 --seed 196 --max-tokens 1024 --max-q 128 --max-prefix 4096 \
-    --output /tmp/racecheck-split-batches.json 2>&1 | tail -60
+  racecheck --n 2 --seed 196 --max-tokens 1024 --max-q 128 --max-prefix 4096 \
+    --output /tmp/racecheck-split-batches.json
 } | tee "$OUT/sanitizer.log"

@@ -30,6 +30,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -244,18 +245,18 @@ def recompile(spec: dict) -> dict:
     # instruction facts a kernel's design relies on: asynchronous warpgroup MMAs (Hopper),
     # 16-byte global stores (the Gluon kernel's staged output) and the named barriers in use,
     # "id:threads" (threads "all" without a count) -> instructions
-    barriers: Dict[str, int] = {}
-    for bar_id, threads in re.findall(
-        r"\b(?:bar|barrier)(?:\.cta)?(?:\.sync|\.arrive)?(?:\.aligned)?\s+(\d+)"
-        r"(?:\s*,\s*(\d+))?\s*;",
-        ptx,
-    ):
-        key = f"{bar_id}:{threads or 'all'}"
-        barriers[key] = barriers.get(key, 0) + 1
+    barriers = Counter(
+        f"{bar_id}:{threads or 'all'}"
+        for bar_id, threads in re.findall(
+            r"\b(?:bar|barrier)(?:\.cta)?(?:\.sync|\.arrive)?(?:\.aligned)?\s+(\d+)"
+            r"(?:\s*,\s*(\d+))?\s*;",
+            ptx,
+        )
+    )
     out["ptx_counts"] = {
         "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
         "st_global_v4": len(re.findall(r"st\.global\.v4\.b32", ptx)),
-        "named_barriers": barriers,
+        "named_barriers": dict(barriers),
     }
     if regs is None or spills is None:
         out["error"] = "ptxas -v: " + report[-2000:]
