@@ -54,3 +54,14 @@ def test_gluon_kernel_compiles_for_hopper_without_spills(gluon_rows, shape):
     # (st.global.v4): the MMA layout's 4-byte stores cost 892d1b8f 17% (docs/design.md)
     if shape != "wide-split":
         assert row["ptx_counts"]["st_global_v4"] > 0, "the staged output store is gone"
+
+
+@pytest.mark.parametrize("shape", ["wide", "wide-split", "ordered"])
+def test_gluon_hand_offs_use_their_own_named_barriers(gluon_rows, shape):
+    # P/alpha (P_SYNC, id 14) and the row sums (FIN, id 15) go from one warpgroup to the other
+    # through barriers of all 256 threads; Triton's own barriers must keep to other ids
+    bars = gluon_rows[shape]["ptx_counts"]["named_barriers"]
+    assert bars.get("14:256", 0) >= 2 and bars.get("15:256", 0) >= 2, bars
+    others = [k for k in bars if k not in ("14:256", "15:256")]
+    assert others and all(k.split(":")[0].isdigit() and int(k.split(":")[0]) < 14
+                          for k in others), bars  # fmt: skip

@@ -74,6 +74,29 @@ O_LAYOUT = gl.constexpr(
 )
 ROW_O = gl.constexpr(gl.SliceLayout(1, O_LAYOUT))
 
+# Hand-offs between the warpgroups go through named barriers of all 256 threads, each thread
+# issuing the instruction itself: `P_SYNC` is met once per KV block by both sides (the softmax
+# side after publishing P and alpha, the loader before reading them), so alpha's write comes
+# before its read and the loader's read of block g before the write of block g + 2 to its slot;
+# the softmax side arrives on `FIN` after writing the row sums, the loader waits there before
+# reading them. Ids 14 and 15: Triton's own named barriers use the low ids (0-2 under 3.6;
+# tests/test_gluon_compile.py checks). A counted barrier is also what compute-sanitizer's
+# racecheck follows (an mbarrier arrival by one thread after a warpgroup barrier was reported
+# as a hazard).
+BAR_L = gl.constexpr(gl.BlockedLayout([1], [32], [4], [0]))  # one element per thread
+P_SYNC = gl.constexpr("bar.sync 14, 256;")
+FIN_ARRIVE = gl.constexpr("bar.arrive 15, 256;")
+FIN_SYNC = gl.constexpr("bar.sync 15, 256;")
+
+
+@gluon.jit
+def _named_barrier(instr: gl.constexpr):
+    """Every thread of the calling warpgroup executes ``instr`` (a ``bar.sync``/``bar.arrive``)."""
+    gl.inline_asm_elementwise(
+        instr + " mov.b32 $0, $1;", "=r,r", [gl.full([128], 0, gl.int32, layout=BAR_L)],
+        dtype=gl.int32, is_pure=False, pack=1,
+    )  # fmt: skip
+
 
 @gluon.jit
 def _tile_tokens(table_ptr, total_q, BLOCK_T: gl.constexpr, RECORDS: gl.constexpr):
@@ -287,10 +310,10 @@ def _issue_gather(kv_lo, kv_hi, pe_bufs, st, ckv_ptr, kpe_ptr, stride_ckv_p, str
 
 
 @gluon.jit
-def _pv_lo(acc, g, kv_lo, pe_bufs, alpha_s, p_ready):
+def _pv_lo(acc, g, kv_lo, pe_bufs, alpha_s):
     """acc = acc * alpha + P . V[:, 0:256] for block g, once the softmax warpgroup published P."""
     st = g % NUM_STAGES
-    mbarrier.wait(p_ready.index(st), (g // NUM_STAGES) & 1)
+    _named_barrier(P_SYNC)
     alpha = alpha_s.index(st).load(ROW_O)
     acc = warpgroup_mma(pe_bufs.index(st), kv_lo.index(st), acc * alpha[:, None], is_async=True)
     acc = warpgroup_mma_wait(0, deps=[acc])
@@ -313,7 +336,7 @@ def _loader_partition(
     stride_o_s = out[1]
     stride_o_t = out[2]
     q_lo, q_hi, q_pe, kv_lo, kv_hi, pe_bufs, alpha_s, l_s = smem
-    ready, empty, p_ready, fin = bars
+    ready, empty = bars
     BLOCK_M: gl.constexpr = BLOCK_T * NUM_HEADS
     offs_m = gl.arange(0, BLOCK_M, layout=ROW_O)
     offs_d = gl.arange(0, HALF, layout=gl.SliceLayout(0, O_LAYOUT))
@@ -325,7 +348,6 @@ def _loader_partition(
     o_base = _out_base(tok0, stride_o_s, stride_o_t, SCHEDULED)
     row_tok = tok0 + offs_m // NUM_HEADS
     it = tok0 * 0  # KV blocks of this program so far: stage and phase bookkeeping
-    nfin = tok0 * 0  # runs with a non-empty range so far: phase of `fin`
     while (q_start < tok_end) & (b < batch):
         b, q_start, q_end, kv_start, kv_end, lo, hi, q0, q1, final, _, _ = _run(
             qo_indptr_ptr, kv_indptr_ptr, b, q_start, q_end, kv_start, kv_end, batch, tok_end,
@@ -347,13 +369,12 @@ def _loader_partition(
                 async_copy.mbarrier_arrive(ready.index(st), increment_count=False)
                 pages, pages_pe = _load_pages(idx_ptr, lo + (k + 1) * BLOCK_N, hi, BLOCK_N)
                 if k > 0:
-                    acc = _pv_lo(acc, g - 1, kv_lo, pe_bufs, alpha_s, p_ready)
-            acc = _pv_lo(acc, it + n - 1, kv_lo, pe_bufs, alpha_s, p_ready)
-            mbarrier.wait(fin.index(0), nfin & 1)
+                    acc = _pv_lo(acc, g - 1, kv_lo, pe_bufs, alpha_s)
+            acc = _pv_lo(acc, it + n - 1, kv_lo, pe_bufs, alpha_s)
+            _named_barrier(FIN_SYNC)
             l_i = l_s.load(ROW_O)
-            nfin += 1
         it += n
-        # the tile's last range: the softmax warpgroup has done every Q K^T (`fin`), so its half
+        # the tile's last range: the softmax warpgroup has done every Q K^T (`FIN`), so its half
         # of Q can stage the store (a range without keys did not wait: Q may still be landing)
         _store_range(q_hi, (n > 0) & (q1 >= tok_end), out, final, acc, l_i, tok0, row_tok,
                      offs_m, offs_d, q0, q1, 0, o_base, NUM_HEADS, SCHEDULED)  # fmt: skip
@@ -402,14 +423,14 @@ def _softmax_step(s, m_i, l_i, start, bounds, hi, qk_scale, BLOCK_N: gl.constexp
 
 
 @gluon.jit
-def _publish_p(p, alpha, g, pe_bufs, alpha_s, p_ready):
-    """P (bf16) of block g into its stage's kpe slot (its Q K^T is done), alpha beside it."""
+def _publish_p(p, alpha, g, pe_bufs, alpha_s):
+    """P (bf16) of block g into its stage's kpe slot (its Q K^T is done), alpha beside it; then
+    meet the loader at `P_SYNC`."""
     st = g % NUM_STAGES
     pe_bufs.index(st).store(p)
     alpha_s.index(st).store(alpha)
-    fence_async_shared()
-    _cta_barrier()
-    mbarrier.arrive(p_ready.index(st), count=1)
+    fence_async_shared()  # generic-proxy stores of P before the loader's wgmma reads it
+    _named_barrier(P_SYNC)
 
 
 @gluon.jit
@@ -428,7 +449,7 @@ def _softmax_partition(
     stride_o_t = out[2]
     lse_ptr, stride_l_s, stride_l_t, stride_l_h, dst_lse_ptr, stride_dl_t, stride_dl_h = lse_out
     q_lo, q_hi, q_pe, kv_lo, kv_hi, pe_bufs, alpha_s, l_s = smem
-    ready, empty, p_ready, fin = bars
+    ready, empty = bars
     BLOCK_M: gl.constexpr = BLOCK_T * NUM_HEADS
     RUNS: gl.constexpr = not RECORDS  # tiles of the global tiling walk runs of sequences
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -503,14 +524,13 @@ def _softmax_partition(
                 acc = warpgroup_mma(
                     gl.convert_layout(p, p_layout), kv_hi.index(st), acc, is_async=True
                 )
-                _publish_p(p, alpha, g, pe_bufs, alpha_s, p_ready)
+                _publish_p(p, alpha, g, pe_bufs, alpha_s)
                 acc = warpgroup_mma_wait(0, deps=[acc])
                 _cta_barrier()  # every warp's part of the MMA is done, not just the arriver's
                 mbarrier.arrive(empty.index(st), count=1)  # block g is done with its stage
             # the row sums to the loader warpgroup, for its half of the output
             l_s.store(l_i)
-            _cta_barrier()
-            mbarrier.arrive(fin.index(0), count=1)
+            _named_barrier(FIN_ARRIVE)
         it += n
 
         l_o = gl.convert_layout(l_i, ROW_O)
@@ -562,18 +582,14 @@ def _mla_prefill_ws_kernel(
     l_s = gl.allocate_shared_memory(gl.float32, [BLOCK_M], vec_l)
     ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    p_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    fin = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(NUM_STAGES):
         mbarrier.init(ready.index(i), count=LOADER_THREADS)  # one cp.async arrival per thread
         mbarrier.init(empty.index(i), count=1)
-        mbarrier.init(p_ready.index(i), count=1)
-    mbarrier.init(fin.index(0), count=1)
     if WAIT_TABLE:
         gdc_wait()  # launched while the table kernel ran: its records are visible from here
 
     smem = (q_lo, q_hi, q_pe, kv_lo, kv_hi, pe_bufs, alpha_s, l_s)
-    bars = (ready, empty, p_ready, fin)
+    bars = (ready, empty)
     seqs = (qo_indptr_ptr, kv_indptr_ptr, table_ptr, total_q, batch)
     out = (out_ptr, stride_o_s, stride_o_t, stride_o_h, dst_o_ptr, stride_do_t, stride_do_h)
     queries = (q_nope_ptr, q_pe_ptr, stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h)
