@@ -4,7 +4,7 @@
 #   bash scripts/release_check.sh correctness   (~7 min on an H100)
 #       the kernel tests (stops on a failure), then side by side: the fuzz of 1000 batches on
 #       the three paths (the GPU's tiles, the B200's, the serving plan), the whole GPU test
-#       suite and scripts/sanitize.sh (memcheck, racecheck)
+#       suite and scripts/sanitize.sh (memcheck, racecheck, synccheck)
 #   bash scripts/release_check.sh performance   (~5 min)
 #       mla-prefill bench --random 60 --seed 7, then, with BASELINE_SRC (the src/ folder of the
 #       previous kernel with the checkout's blob/workload_lengths.json beside it, e.g.

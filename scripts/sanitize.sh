@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# compute-sanitizer memcheck and racecheck over seeded random batches (small ones: the tools slow
-# every kernel down). Run after scripts/gpu_check.sh has installed the wheels on the machine, e.g.
+# compute-sanitizer memcheck, racecheck and synccheck over seeded random batches (small ones: the
+# tools slow every kernel down). Run after scripts/gpu_check.sh has installed the wheels on the
+# machine, e.g.
 #   bash scripts/gpu_check.sh py -c 'print()' && bash scripts/sanitize.sh
 # Writes $OUT/sanitizer.log and the batch lists; each tool's "ERROR SUMMARY" line is the result.
 set -uo pipefail
@@ -25,4 +26,9 @@ export PYTHONPATH="$PWD/src:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFER
   echo "== racecheck, split paths"
   racecheck --n 2 --seed 196 --max-tokens 1024 --max-q 128 --max-prefix 4096 \
     --output /tmp/racecheck-split-batches.json
+  # barrier use (named barriers met by both warpgroups, mbarrier arrive/wait counts)
+  echo "== synccheck"
+  timeout "${SYNCCHECK_TIMEOUT:-150}" compute-sanitizer --tool synccheck --print-limit 20 \
+    python3 -m mla_prefill.fuzz --n 4 --seed 12 --max-tokens 256 --max-q 128 --max-prefix 512 \
+    --output /tmp/synccheck-batches.json 2>&1 | tail -30
 } | tee "$OUT/sanitizer.log"

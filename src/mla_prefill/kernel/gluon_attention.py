@@ -79,14 +79,14 @@ ROW_O = gl.constexpr(gl.SliceLayout(1, O_LAYOUT))
 # side after publishing P and alpha, the loader before reading them), so alpha's write comes
 # before its read and the loader's read of block g before the write of block g + 2 to its slot;
 # the softmax side arrives on `FIN` after writing the row sums, the loader waits there before
-# reading them. Ids 14 and 15: Triton's own named barriers use the low ids (0-2 under 3.6;
-# tests/test_gluon_compile.py checks). A counted barrier is also what compute-sanitizer's
-# racecheck follows (an mbarrier arrival by one thread after a warpgroup barrier was reported
-# as a hazard).
+# reading them. The non-aligned `barrier` forms: the two sides meet at different instructions,
+# which `.aligned` (`bar.sync`) does not allow. Ids 14 and 15: Triton's own named barriers use
+# the low ids (0-2 under 3.6; tests/test_gluon_compile.py checks). Against the mbarriers they
+# replace (an arrival by one thread after a warpgroup barrier): 1.2% faster on the 38 (docs/design.md).
 BAR_L = gl.constexpr(gl.BlockedLayout([1], [32], [4], [0]))  # one element per thread
-P_SYNC = gl.constexpr("bar.sync 14, 256;")
-FIN_ARRIVE = gl.constexpr("bar.arrive 15, 256;")
-FIN_SYNC = gl.constexpr("bar.sync 15, 256;")
+P_SYNC = gl.constexpr("barrier.sync 14, 256;")
+FIN_ARRIVE = gl.constexpr("barrier.arrive 15, 256;")
+FIN_SYNC = gl.constexpr("barrier.sync 15, 256;")
 
 
 @gluon.jit
