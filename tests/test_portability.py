@@ -92,6 +92,12 @@ def test_what_fails_a_launch_and_what_only_warns():
     over_estimate = dict(row, shared_bytes=150)
     assert problems_of(over_estimate) == []
     assert warnings_of(over_estimate) == ["shared 150 > the chooser's estimate 120"]
+    pooled = dict(row, kernel="mla_prefill.kernel.attention:_mla_pooled_split_kernel",
+                  num_stages=2, capability=100, ptx_counts={"cp_async": 0})  # fmt: skip
+    assert problems_of(pooled) == []
+    assert warnings_of(pooled) == ["KV gathers not pipelined (no cp.async)"]
+    assert warnings_of(dict(pooled, ptx_counts={"cp_async": 36})) == []
+    assert warnings_of(dict(pooled, num_stages=1)) == []
 
 
 PINNED_SPLIT = r"""
@@ -213,3 +219,15 @@ def test_the_gluon_kernel_runs_under_the_release_it_was_run_under_and_opt_in_els
         monkeypatch.undo()
         main.gluon_compiles.cache_clear()
         main.gluon_available.cache_clear()
+
+
+def test_triton_kv_gathers_are_pipelined(b200_rows):
+    """Under the pinned Triton every Triton attention launch gathers KV with cp.async (the
+    pipeliner's stages), and the portability report says so: no warning about it."""
+    rows = [r for r in b200_rows if r["kernel"].split(":")[1] in
+            ("_mla_prefill_kernel", "_mla_pooled_split_kernel")]  # fmt: skip
+    assert {r["kernel"].split(":")[1] for r in rows} == {
+        "_mla_prefill_kernel", "_mla_pooled_split_kernel"}  # fmt: skip
+    for r in rows:
+        assert r["num_stages"] >= 2 and r["ptx_counts"]["cp_async"] > 0, r["workload"]
+        assert not any("pipelined" in w for w in r["warnings"]), r["warnings"]

@@ -243,7 +243,7 @@ def recompile(spec: dict) -> dict:
     regs, spills, report = _ptxas(ptx, spec["capability"])
     out = dict(shared_bytes=k.metadata.shared, registers=regs, spills=spills)
     # instruction facts a kernel's design relies on: asynchronous warpgroup MMAs (Hopper),
-    # 16-byte global stores (the Gluon kernel's staged output) and the named barriers in use,
+    # 16-byte global stores (the Gluon kernel's staged output), cp.async and the named barriers,
     # "id:threads" (threads "all" without a count) -> instructions
     barriers = Counter(
         f"{bar_id}:{threads or 'all'}"
@@ -256,6 +256,9 @@ def recompile(spec: dict) -> dict:
     out["ptx_counts"] = {
         "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
         "st_global_v4": len(re.findall(r"st\.global\.v4\.b32", ptx)),
+        # asynchronous global -> shared copies: Triton's pipeliner turned the KV gathers into
+        # cp.async (none: every gather is a synchronous load, then a store to shared memory)
+        "cp_async": len(re.findall(r"cp\.async\.c[ag]\.shared\.global", ptx)),
         "named_barriers": dict(barriers),
     }
     if regs is None or spills is None:
@@ -323,15 +326,34 @@ def problems_of(row: dict) -> List[str]:
     return bad
 
 
+# Triton-path attention kernels whose KV gathers Triton's pipeliner is to turn into cp.async
+# (num_stages >= 2 on sm_80 and later)
+PIPELINED_GATHERS = ("_mla_prefill_kernel", "_mla_pooled_split_kernel")
+
+
 def warnings_of(row: dict) -> List[str]:
-    """Findings that do not fail a launch: the chooser's estimate below the compiled figure (its
-    fit rule could then pick a tile that does not fit some GPU; the limit check above still
-    holds for every target checked). Seen with Triton 3.9 only: 1-token tiles at 32-key steps
-    take 83,968 B against an estimate of 74,752."""
+    """Findings that do not fail a launch:
+
+    - the chooser's estimate below the compiled figure (its fit rule could then pick a tile
+      that does not fit some GPU; the limit check above still holds for every target checked).
+      Seen with Triton 3.9 only: 1-token tiles at 32-key steps take 83,968 B against an estimate
+      of 74,752.
+    - a Triton attention kernel whose KV gathers compiled without cp.async: every block is then
+      a synchronous load and a store to shared memory. Seen with Triton 3.7.1, 3.8.0 and 3.9.0 on
+      every pooled split launch (docs/design.md, Triton versions)."""
+    out = []
     est = row.get("shared_estimate")
     if est is not None and row.get("shared_bytes", 0) > est:
-        return [f"shared {row['shared_bytes']} > the chooser's estimate {est}"]
-    return []
+        out.append(f"shared {row['shared_bytes']} > the chooser's estimate {est}")
+    counts = row.get("ptx_counts") or {}
+    if (
+        row.get("kernel", "").split(":")[-1] in PIPELINED_GATHERS
+        and row.get("num_stages", 1) >= 2
+        and row.get("capability", 0) >= 80
+        and counts.get("cp_async") == 0
+    ):
+        out.append("KV gathers not pipelined (no cp.async)")
+    return out
 
 
 def run(targets, shapes: List[Shape], gluon_api: bool, jobs: int) -> List[dict]:
