@@ -82,7 +82,8 @@ ROW_O = gl.constexpr(gl.SliceLayout(1, O_LAYOUT))
 # reading them. The non-aligned `barrier` forms: the two sides meet at different instructions,
 # which `.aligned` (`bar.sync`) does not allow. Ids 14 and 15: Triton's own named barriers use
 # the low ids (0-2 under 3.6; tests/test_gluon_compile.py checks). Against the mbarriers they
-# replace (an arrival by one thread after a warpgroup barrier): 1.2% faster on the 38 (docs/design.md).
+# replace (an arrival by one thread after a warpgroup barrier): 1.2% faster on the 38
+# (docs/design.md).
 BAR_L = gl.constexpr(gl.BlockedLayout([1], [32], [4], [0]))  # one element per thread
 P_SYNC = gl.constexpr("barrier.sync 14, 256;")
 FIN_ARRIVE = gl.constexpr("barrier.arrive 15, 256;")
@@ -91,7 +92,7 @@ FIN_SYNC = gl.constexpr("barrier.sync 15, 256;")
 
 @gluon.jit
 def _named_barrier(instr: gl.constexpr):
-    """Every thread of the calling warpgroup executes ``instr`` (a ``bar.sync``/``bar.arrive``)."""
+    """Every thread of the calling warpgroup executes ``instr`` (``barrier.sync``/``.arrive``)."""
     gl.inline_asm_elementwise(
         instr + " mov.b32 $0, $1;", "=r,r", [gl.full([128], 0, gl.int32, layout=BAR_L)],
         dtype=gl.int32, is_pure=False, pack=1,
