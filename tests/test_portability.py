@@ -224,10 +224,10 @@ def test_the_gluon_kernel_runs_under_the_release_it_was_run_under_and_opt_in_els
 def test_triton_kv_gathers_are_pipelined(b200_rows):
     """Under the pinned Triton every Triton attention launch gathers KV with cp.async (the
     pipeliner's stages), and the portability report says so: no warning about it."""
-    rows = [r for r in b200_rows if r["kernel"].split(":")[1] in
-            ("_mla_prefill_kernel", "_mla_pooled_split_kernel")]  # fmt: skip
-    assert {r["kernel"].split(":")[1] for r in rows} == {
-        "_mla_prefill_kernel", "_mla_pooled_split_kernel"}  # fmt: skip
+    from mla_prefill.portability import PIPELINED_GATHERS
+
+    rows = [r for r in b200_rows if r["kernel"].split(":")[1] in PIPELINED_GATHERS]
+    assert {r["kernel"].split(":")[1] for r in rows} == set(PIPELINED_GATHERS)
     for r in rows:
         assert r["num_stages"] >= 2 and r["ptx_counts"]["cp_async"] > 0, r["workload"]
         assert not any("pipelined" in w for w in r["warnings"]), r["warnings"]
