@@ -2,9 +2,10 @@
 # The GPU evidence a kernel change needs, in calls of at most 10 minutes each (a warm machine
 # runs them back to back without a new start):
 #   bash scripts/release_check.sh correctness   (~7 min on an H100)
-#       the kernel tests (stops on a failure), then side by side: the fuzz of 1000 batches on
-#       the three paths (the GPU's tiles, the B200's, the serving plan), the whole GPU test
-#       suite and scripts/sanitize.sh (memcheck, racecheck, synccheck)
+#       the quick kernel tests (scripts/quick_kernel_tests.k, a pytest -k expression; stops on
+#       a failure), then side by side: the fuzz of 1000 batches on the three paths (the GPU's
+#       tiles, the B200's, the serving plan), the whole GPU test suite and scripts/sanitize.sh
+#       (memcheck, racecheck, synccheck)
 #   bash scripts/release_check.sh performance   (~5 min)
 #       mla-prefill bench --random 60 --seed 7, then, with BASELINE_SRC (the src/ folder of the
 #       previous kernel with the checkout's blob/workload_lengths.json beside it, e.g.
@@ -32,16 +33,16 @@ logs=(install.log)
 case $mode in
 correctness)
   timeout 150 python3 -m pytest -q -x --device cuda tests/test_kernel.py -p no:cacheprovider \
-    -k "${QUICK_K:-edge or pinned or runs_of or gluon_kernel or ordered}" > /tmp/kernel-tests.log 2>&1
+    -k "${QUICK_K:-$(cat scripts/quick_kernel_tests.k)}" > /tmp/kernel-tests.log 2>&1
   rc=$?; logs+=(kernel-tests.log)
   echo "kernel tests rc=$rc at $(elapsed) s"; tail -2 /tmp/kernel-tests.log
   [ $rc -eq 0 ] || { tail -60 /tmp/kernel-tests.log; exit 1; }
   ft=${FUZZ_TIMEOUT:-420}
   fuzz="python3 -m mla_prefill.fuzz --n 1000 --seed 11"
-  timeout "$ft" $fuzz --output "$OUT/fuzz-h200.json" > /tmp/fuzz-call.log 2>&1 &
-  timeout "$ft" $fuzz --target b200 --output "$OUT/fuzz-b200-configs-on-h200.json" \
+  timeout "$ft" $fuzz --output "$OUT/fuzz-call.json" > /tmp/fuzz-call.log 2>&1 &
+  timeout "$ft" $fuzz --target b200 --output "$OUT/fuzz-b200-tiles.json" \
     > /tmp/fuzz-b200.log 2>&1 &
-  timeout "$ft" $fuzz --path plan --output "$OUT/fuzz-h200-plan-run.json" > /tmp/fuzz-plan.log 2>&1 &
+  timeout "$ft" $fuzz --path plan --output "$OUT/fuzz-plan.json" > /tmp/fuzz-plan.log 2>&1 &
   # the two deselected tests compare the committed fuzz files with the kernel: they hold the
   # previous hash until this call's files are committed
   timeout "$ft" python3 -m pytest -q --device cuda tests -p no:cacheprovider \

@@ -2,9 +2,10 @@
 # On the device machine, after scripts/prepare_triton.sh's three folders arrived (and .whl was
 # installed by an earlier scripts/gpu_check.sh call on the same warm machine): the kernels under
 # that Triton release in place of the pinned one, MLA_PREFILL_UNRUN_TRITON=1 (the Gluon kernel and
-# the direct launcher enabled). The quick kernel tests (stop on a failure),
-# then side by side the launcher and serving tests and the fuzz on the solution's path and the
-# serving plan's (FUZZ_N batches each, default 400), results to $OUT/fuzz-triton-<release>-*.json.
+# the direct launcher enabled). The quick kernel tests (scripts/quick_kernel_tests.k; stop on a
+# failure), then side by side the launcher and serving tests and the fuzz on the solution's path
+# and the serving plan's (FUZZ_N batches each, default 400), results to
+# $OUT/fuzz-triton-<release>-*.json.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
@@ -20,7 +21,7 @@ python3 -c "import triton, torch; print('triton', triton.__version__, 'torch', t
 from mla_prefill.kernel.main import gluon_available; from mla_prefill.kernel import launch; \
 print('gluon kernel', gluon_available(), 'direct launch', launch._SUPPORTED)"
 timeout 200 python3 -m pytest -q -x --device cuda tests/test_kernel.py -p no:cacheprovider \
-  -k "edge or pinned or runs_of or gluon_kernel or ordered" > "$OUT/kernel-tests.log" 2>&1
+  -k "$(cat scripts/quick_kernel_tests.k)" > "$OUT/kernel-tests.log" 2>&1
 rc=$?; echo "kernel tests rc=$rc"; tail -2 "$OUT/kernel-tests.log"
 [ $rc -eq 0 ] || { tail -40 "$OUT/kernel-tests.log"; exit 1; }
 n=${FUZZ_N:-400}

@@ -3,13 +3,15 @@
 import hashlib
 import json
 import shutil
+import subprocess
+import sys
 
 import pytest
 import safetensors.torch as st
 import torch
 
 from mla_prefill.blobs import SMALL_CASES, verify_all
-from mla_prefill.check import check_trace_set
+from mla_prefill.check import FUZZ_EVIDENCE, check_trace_set
 from mla_prefill.cli import main as cli_main
 from mla_prefill.fuzz import kernel_sha256
 from mla_prefill.io import (
@@ -193,9 +195,9 @@ def test_check_reports_fuzz_results_of_other_kernel_sources(tmp_set):
     """Committed GPU fuzz results that describe other kernel sources make `check` fail."""
     results = tmp_set / "benchmarks" / "results"
     results.mkdir(parents=True)
-    fuzz = json.loads((repo_root() / "benchmarks" / "results" / "fuzz-h200.json").read_text())
+    fuzz = json.loads((repo_root() / "benchmarks" / "results" / "fuzz-call.json").read_text())
     fuzz["kernel_sha256"] = kernel_sha256()
-    (results / "fuzz-h200.json").write_text(json.dumps(fuzz))
+    (results / "fuzz-call.json").write_text(json.dumps(fuzz))
     assert _messages(tmp_set) == []  # the file describes the checkout's sources
     kernel = tmp_set / "src" / "mla_prefill" / "kernel" / "main.py"
     kernel.write_text(kernel.read_text().replace("LOG2E", "LOG_2E"))
@@ -204,10 +206,34 @@ def test_check_reports_fuzz_results_of_other_kernel_sources(tmp_set):
 
 def test_committed_gpu_evidence_describes_the_kernel():
     """Both committed fuzz files ran the kernel as it is (`mla-prefill check` in CI too)."""
-    for name in ("fuzz-h200.json", "fuzz-b200-configs-on-h200.json", "fuzz-h200-plan-run.json"):
+    for name, _ in FUZZ_EVIDENCE:
         d = json.loads((repo_root() / "benchmarks" / "results" / name).read_text())
         assert d["kernel_sha256"] == kernel_sha256(), name
         assert d["complete"] and d["batches"] >= 1000 and d["failures"] == 0, name
+
+
+def test_release_check_writes_the_fuzz_files_check_reads():
+    """scripts/release_check.sh runs each committed fuzz with the arguments `check` names."""
+    script = (repo_root() / "scripts" / "release_check.sh").read_text()
+    for name, args in FUZZ_EVIDENCE:
+        assert f'$fuzz{args} --output "$OUT/{name}"' in script, name
+
+
+def test_quick_kernel_tests_select_each_group():
+    """Every alternative of scripts/quick_kernel_tests.k (the GPU scripts' first, stop-on-failure
+    step) names some test of tests/test_kernel.py: a renamed test cannot drop out of it."""
+    expr = (repo_root() / "scripts" / "quick_kernel_tests.k").read_text().strip()
+    names = [
+        line.split("::")[-1]
+        for line in subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+             str(repo_root() / "tests" / "test_kernel.py")],
+            capture_output=True, text=True, check=True, cwd=repo_root(),
+        ).stdout.splitlines()
+        if "::" in line
+    ]  # fmt: skip
+    for term in expr.split(" or "):
+        assert any(term in n for n in names), term
 
 
 def test_kernel_hash_ignores_comments_but_not_code(tmp_path):

@@ -22,6 +22,14 @@ from mla_prefill.kernel.validate import index_data_problems
 from mla_prefill.pack import SOLUTIONS, stale_sources
 
 RESULTS = "benchmarks/results"  # committed GPU evidence, relative to a checkout
+# the committed GPU fuzz results (scripts/release_check.sh writes them) and the paths they cover,
+# as fuzz arguments: the solution's call with the GPU's own tiles, with the B200's tiles (its
+# launch plans run on whatever GPU ran the fuzz; the GPU is recorded in each file), the serving plan
+FUZZ_EVIDENCE = (
+    ("fuzz-call.json", ""),
+    ("fuzz-b200-tiles.json", " --target b200"),
+    ("fuzz-plan.json", " --path plan"),
+)
 
 
 @dataclass
@@ -169,11 +177,7 @@ def _check_gpu_evidence(root: Path, problems: List[Problem]) -> None:
     if not is_checkout(root):
         return
     current = kernel_sha256(root / "src" / "mla_prefill" / "kernel")
-    for name, target in (
-        ("fuzz-h200.json", ""),
-        ("fuzz-b200-configs-on-h200.json", " --target b200"),
-        ("fuzz-h200-plan-run.json", " --path plan"),
-    ):
+    for name, target in FUZZ_EVIDENCE:
         path = root / RESULTS / name
         if not path.exists():
             continue
