@@ -312,8 +312,17 @@ def test_a_hopper_gpu_without_the_gluon_kernel_is_told_so(monkeypatch):
     # the plan's constructor, on a device whose target is an H100 (compiled kernels, no GPU)
     monkeypatch.setattr(serving, "is_interpreter", lambda: False)
     monkeypatch.setattr(serving, "device_target", lambda index: TARGETS["h100"])
-    with pytest.warns(RuntimeWarning, match="portable Triton kernel"):
+    with pytest.warns(serving.HopperFallbackWarning, match="portable Triton kernel"):
         MLAPrefillPlan("cpu")
+    # the bench prints the note once itself: its planned contender does not warn it again
+    from mla_prefill import bench
+
+    monkeypatch.setattr(MLAPrefillPlan, "plan", lambda self, *a, **k: None)
+    inputs = {k: torch.empty(0) for k in ("q_nope", "q_pe", "ckv_cache", "kpe_cache", "qo_indptr",
+                                          "kv_indptr", "kv_indices")}  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bench.ours_planned(dict(inputs, sm_scale=0.1), torch.empty(0), torch.empty(0))
     monkeypatch.setattr(serving, "gluon_available", lambda: True)
     assert serving.hopper_fallback_note(TARGETS["h100"]) is None
     with warnings.catch_warnings():

@@ -64,6 +64,11 @@ from mla_prefill.kernel.validate import (
 _I32 = torch.int32
 
 
+class HopperFallbackWarning(RuntimeWarning):
+    """``MLAPrefillPlan``'s warning that a Hopper GPU runs the portable kernel
+    (``hopper_fallback_note``); a caller that reports the note itself filters this category."""
+
+
 def hopper_fallback_note(target: Target) -> Optional[str]:
     """Why a Hopper GPU runs the portable Triton kernel instead of the Gluon one its large tiles
     are chosen for, or None. The Gluon kernel runs under Triton 3.6 (CUDA torch 2.10/2.11), the
@@ -131,7 +136,7 @@ class MLAPrefillPlan:
         self.here = None if self.interpret else device_target(self.device.index)
         note = None if self.here is None else hopper_fallback_note(self.here)
         if note is not None:
-            warnings.warn(note, RuntimeWarning, stacklevel=2)
+            warnings.warn(note, HopperFallbackWarning, stacklevel=2)
         self.target = None if target is None else resolve_target(target, self.device)
         self._fixed = index_buffers
         self._buffers = {}
