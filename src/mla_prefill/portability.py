@@ -213,9 +213,9 @@ def _ptxas(ptx: str, capability: int) -> Tuple[Optional[int], Optional[int], str
     )
 
 
-def recompile(spec: dict) -> dict:
-    """Compile a spec (a row of ``--json``) with ``triton.compile``: shared bytes, registers,
-    spills. Needs no GPU; anyone can run it on a row to check the figures."""
+def compile_spec(spec: dict):
+    """``triton.compile`` of a spec (a row of ``--json``) for its capability: the compiled kernel
+    (``.asm["ptx"]``, ``.metadata``). Raises what Triton raises."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -231,12 +231,18 @@ def recompile(spec: dict) -> dict:
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in spec["divisible_by_16"]}
     options = dict(spec.get("options", {}), num_warps=spec["num_warps"])
     options["num_stages"] = spec["num_stages"]
+    return triton.compile(
+        source_cls(fn, signature, constants, attrs),
+        target=GPUTarget("cuda", spec["capability"], 32),
+        options=options,
+    )
+
+
+def recompile(spec: dict) -> dict:
+    """Compile a spec (a row of ``--json``) with ``triton.compile``: shared bytes, registers,
+    spills. Needs no GPU; anyone can run it on a row to check the figures."""
     try:
-        k = triton.compile(
-            source_cls(fn, signature, constants, attrs),
-            target=GPUTarget("cuda", spec["capability"], 32),
-            options=options,
-        )
+        k = compile_spec(spec)
     except Exception as e:  # a launch that does not compile is a finding, not a crash
         return dict(error=f"{type(e).__name__}: {str(e).strip()[:2000]}")
     ptx = k.asm["ptx"]
