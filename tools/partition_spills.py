@@ -28,12 +28,7 @@ WIDTH = {None: 4, "64": 8, "128": 16, "U8": 1, "S8": 1, "U16": 2, "S16": 2}
 
 
 def _tools(capability: int) -> Tuple[str, str]:
-    from triton.backends.nvidia.compiler import get_ptxas
-
-    try:
-        ptxas = get_ptxas(capability).path  # Triton 3.6 and later
-    except TypeError:
-        ptxas = get_ptxas().path
+    ptxas = portability.ptxas_path(capability)
     cuobjdump = Path(ptxas).with_name("cuobjdump")
     if not cuobjdump.exists():
         sys.exit(f"partition_spills: no cuobjdump beside {ptxas}")
@@ -50,7 +45,9 @@ def sass_of(spec: dict) -> str:
         ptx, cubin = Path(d) / "k.ptx", Path(d) / "k.cubin"
         ptx.write_text(kernel.asm["ptx"])
         arch = sm_arch_from_capability(spec["capability"])
-        subprocess.run([ptxas, f"--gpu-name={arch}", str(ptx), "-o", str(cubin)], check=True)
+        extra = (spec.get("options", {}).get("ptx_options") or "").split()
+        subprocess.run([ptxas, *extra, f"--gpu-name={arch}", str(ptx), "-o", str(cubin)],
+                       check=True)  # fmt: skip
         return subprocess.run([cuobjdump, "-sass", str(cubin)], check=True, capture_output=True,
                               text=True).stdout  # fmt: skip
 

@@ -8,7 +8,8 @@ meta tensors with a recording launcher, so the
 kernels, grids, arguments and options are exactly those of a real call. Each launch is then
 specialised by Triton's own binder (``create_function_from_signature``, as ``JITFunction.run``
 does) for the target's backend and compiled with ``triton.compile``; ``ptxas -v`` (Triton's
-bundled one, for the target's architecture) reports registers and spills.
+bundled one, for the target's architecture, with the launch's ``ptx_options``) reports registers
+and spills.
 
 A launch fails when it does not compile, needs more shared memory than the target gives a block,
 or spills registers. An attention kernel that needs more shared memory than the chooser's
@@ -186,20 +187,29 @@ def _plain(v):
     return v if isinstance(v, (bool, int, float, str, type(None))) else str(v)
 
 
-def _ptxas(ptx: str, capability: int) -> Tuple[Optional[int], Optional[int], str]:
-    """(registers, spill bytes stored + loaded, report) from Triton's bundled ``ptxas -v``."""
-    from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
+def ptxas_path(capability: int) -> str:
+    """Triton's bundled ptxas for ``capability``."""
+    from triton.backends.nvidia.compiler import get_ptxas
 
     try:
-        ptxas = get_ptxas(capability).path  # Triton 3.6 and later: one per architecture
+        return get_ptxas(capability).path  # Triton 3.6 and later: one per architecture
     except TypeError:
-        ptxas = get_ptxas().path  # Triton 3.5
+        return get_ptxas().path  # Triton 3.5
+
+
+def _ptxas(
+    ptx: str, capability: int, ptx_options: Optional[str] = None
+) -> Tuple[Optional[int], Optional[int], str]:
+    """(registers, spill bytes stored + loaded, report) from Triton's bundled ``ptxas -v``, with
+    the launch's own ``ptx_options`` (Triton passes them to ptxas too)."""
+    from triton.backends.nvidia.compiler import sm_arch_from_capability
+
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
         f.write(ptx)
     try:
         r = subprocess.run(
-            [ptxas, "-v", f"--gpu-name={sm_arch_from_capability(capability)}", f.name, "-o",
-             os.devnull],
+            [ptxas_path(capability), "-v", *(ptx_options or "").split(),
+             f"--gpu-name={sm_arch_from_capability(capability)}", f.name, "-o", os.devnull],
             capture_output=True, text=True,
         )  # fmt: skip
     finally:
@@ -246,7 +256,9 @@ def recompile(spec: dict) -> dict:
     except Exception as e:  # a launch that does not compile is a finding, not a crash
         return dict(error=f"{type(e).__name__}: {str(e).strip()[:2000]}")
     ptx = k.asm["ptx"]
-    regs, spills, report = _ptxas(ptx, spec["capability"])
+    regs, spills, report = _ptxas(
+        ptx, spec["capability"], spec.get("options", {}).get("ptx_options")
+    )
     out = dict(shared_bytes=k.metadata.shared, registers=regs, spills=spills)
     # instruction facts a kernel's design relies on: asynchronous warpgroup MMAs (Hopper),
     # 16-byte global stores (the Gluon kernel's staged output), cp.async and the named barriers,
