@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import List, Tuple
+from typing import List
 
 from mla_prefill import portability
 
@@ -27,29 +27,19 @@ LOCAL = re.compile(r"\b(STL|LDL)(?:\.LU)?(?:\.(64|128|U8|S8|U16|S16))?\s")
 WIDTH = {None: 4, "64": 8, "128": 16, "U8": 1, "S8": 1, "U16": 2, "S16": 2}
 
 
-def _tools(capability: int) -> Tuple[str, str]:
-    ptxas = portability.ptxas_path(capability)
-    cuobjdump = Path(ptxas).with_name("cuobjdump")
-    if not cuobjdump.exists():
-        sys.exit(f"partition_spills: no cuobjdump beside {ptxas}")
-    return ptxas, str(cuobjdump)
-
-
 def sass_of(spec: dict) -> str:
     """The SASS of a launch spec (a row of ``mla-prefill portability --json``)."""
-    from triton.backends.nvidia.compiler import sm_arch_from_capability
-
     kernel = portability.compile_spec(spec)
-    ptxas, cuobjdump = _tools(spec["capability"])
+    command = portability.ptxas_command(spec)
+    cuobjdump = Path(command[0]).with_name("cuobjdump")
+    if not cuobjdump.exists():
+        sys.exit(f"partition_spills: no cuobjdump beside {command[0]}")
     with tempfile.TemporaryDirectory() as d:
         ptx, cubin = Path(d) / "k.ptx", Path(d) / "k.cubin"
         ptx.write_text(kernel.asm["ptx"])
-        arch = sm_arch_from_capability(spec["capability"])
-        extra = (spec.get("options", {}).get("ptx_options") or "").split()
-        subprocess.run([ptxas, *extra, f"--gpu-name={arch}", str(ptx), "-o", str(cubin)],
-                       check=True)  # fmt: skip
-        return subprocess.run([cuobjdump, "-sass", str(cubin)], check=True, capture_output=True,
-                              text=True).stdout  # fmt: skip
+        subprocess.run([*command, str(ptx), "-o", str(cubin)], check=True)
+        return subprocess.run([str(cuobjdump), "-sass", str(cubin)], check=True,
+                              capture_output=True, text=True).stdout  # fmt: skip
 
 
 def regions(sass: str) -> List[dict]:

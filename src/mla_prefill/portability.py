@@ -187,29 +187,27 @@ def _plain(v):
     return v if isinstance(v, (bool, int, float, str, type(None))) else str(v)
 
 
-def ptxas_path(capability: int) -> str:
-    """Triton's bundled ptxas for ``capability``."""
-    from triton.backends.nvidia.compiler import get_ptxas
+def ptxas_command(spec: dict) -> List[str]:
+    """Triton's bundled ptxas for the spec's architecture, with the launch's own
+    ``ptx_options`` (Triton passes them to ptxas too); the PTX file and output follow."""
+    from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
 
+    capability = spec["capability"]
     try:
-        return get_ptxas(capability).path  # Triton 3.6 and later: one per architecture
+        ptxas = get_ptxas(capability).path  # Triton 3.6 and later: one per architecture
     except TypeError:
-        return get_ptxas().path  # Triton 3.5
+        ptxas = get_ptxas().path  # Triton 3.5
+    extra = (spec.get("options", {}).get("ptx_options") or "").split()
+    return [ptxas, *extra, f"--gpu-name={sm_arch_from_capability(capability)}"]
 
 
-def _ptxas(
-    ptx: str, capability: int, ptx_options: Optional[str] = None
-) -> Tuple[Optional[int], Optional[int], str]:
-    """(registers, spill bytes stored + loaded, report) from Triton's bundled ``ptxas -v``, with
-    the launch's own ``ptx_options`` (Triton passes them to ptxas too)."""
-    from triton.backends.nvidia.compiler import sm_arch_from_capability
-
+def _ptxas(ptx: str, spec: dict) -> Tuple[Optional[int], Optional[int], str]:
+    """(registers, spill bytes stored + loaded, report) from ``ptxas -v`` (``ptxas_command``)."""
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
         f.write(ptx)
     try:
         r = subprocess.run(
-            [ptxas_path(capability), "-v", *(ptx_options or "").split(),
-             f"--gpu-name={sm_arch_from_capability(capability)}", f.name, "-o", os.devnull],
+            [*ptxas_command(spec), "-v", f.name, "-o", os.devnull],
             capture_output=True, text=True,
         )  # fmt: skip
     finally:
@@ -256,9 +254,7 @@ def recompile(spec: dict) -> dict:
     except Exception as e:  # a launch that does not compile is a finding, not a crash
         return dict(error=f"{type(e).__name__}: {str(e).strip()[:2000]}")
     ptx = k.asm["ptx"]
-    regs, spills, report = _ptxas(
-        ptx, spec["capability"], spec.get("options", {}).get("ptx_options")
-    )
+    regs, spills, report = _ptxas(ptx, spec)
     out = dict(shared_bytes=k.metadata.shared, registers=regs, spills=spills)
     # instruction facts a kernel's design relies on: asynchronous warpgroup MMAs (Hopper),
     # 16-byte global stores (the Gluon kernel's staged output), cp.async and the named barriers,
